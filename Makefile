@@ -1,0 +1,44 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both work on a fresh clone.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck pytest install crds postgres bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test,plot]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/queueing crds --check
+	$(BIN)/queueing allocate -f examples/allocate/h200-node.yaml -o yaml || true
+
+postgres:
+	@bash .ci/ensure-postgres
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP) postgres
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test: lint typecheck pytest
+
+crds: $(STAMP)
+	$(BIN)/queueing crds
+
+bench: $(STAMP)
+	$(BIN)/python bench/allocator.py
+	$(BIN)/python bench/ledger.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+from queueing.cli import main
+import sys
+sys.exit(main())
