@@ -56,16 +56,18 @@ def _ceil_to_nano(v: Fraction) -> Fraction:
 
 
 class Quantity:
-    __slots__ = ("_format", "_original", "_value")
+    __slots__ = ("_format", "_original", "_value", "_wire")
 
     _value: Fraction
     _format: Format
     _original: str
+    _wire: str | int | float
 
     def __init__(self, value: Fraction | int, fmt: Format = "DecimalSI", original: str | None = None):
         self._value = _ceil_to_nano(Fraction(value))
         self._format = fmt
         self._original = original if original is not None else self.canonical()
+        self._wire = self._original
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -75,8 +77,10 @@ class Quantity:
         s = text.strip()
         m = _RE.match(s)
         if not m or s == "":
-            raise QuantityError(f"quantities must match the regular expression "
-                                f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}")
+            raise QuantityError(
+                f"quantities must match the regular expression "
+                f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}"
+            )
         num = Fraction(Decimal(m.group("num")))
         suffix = m.group("suffix") or ""
         fmt: Format
@@ -102,10 +106,12 @@ class Quantity:
         if isinstance(v, bool):
             raise QuantityError("quantity must be a string or number, got bool")
         if isinstance(v, int):
-            return cls(v, "DecimalSI", original=str(v))
+            q = cls(v, "DecimalSI", original=str(v))
+            q._wire = v  # keep the JSON number as given
+            return q
         if isinstance(v, float):
             q = cls.parse(repr(v))
-            q._original = v  # type: ignore[assignment]  # keep the JSON number as given
+            q._wire = v
             return q
         return cls.parse(v)
 
@@ -235,7 +241,9 @@ class Quantity:
 
     # ---- pydantic ------------------------------------------------------
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
         def validate(v: Any) -> Quantity:
             try:
                 return cls.coerce(v)
@@ -248,7 +256,7 @@ class Quantity:
                 [core_schema.str_schema(), core_schema.int_schema()]
             ),
             serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda q: q._original, when_used="always"
+                lambda q: q._wire, when_used="always"
             ),
         )
 
