@@ -491,6 +491,8 @@ class DeviceInput:
     allow_multiple_allocations: bool = False
     # the CEL activation data, built on first evaluation and reused for every selector
     _cel: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    # CEL activations built from that data, per environment and set of domains filled in as empty
+    _acts: dict[tuple[Any, ...], Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_qualified(
@@ -584,13 +586,14 @@ def _literal_domains(expression: str) -> tuple[tuple[str, ...], tuple[str, ...]]
 class CompiledSelector:
     """A type-checked selector expression; evaluate it with :meth:`matches`."""
 
-    __slots__ = ("_attr_domains", "_cap_domains", "_program", "expression")
+    __slots__ = ("_attr_domains", "_cap_domains", "_env", "_program", "expression")
 
     expression: str
 
-    def __init__(self, expression: str, program: Any) -> None:
+    def __init__(self, expression: str, program: Any, env: Any) -> None:
         self.expression = expression
         self._program = program
+        self._env = env
         self._attr_domains, self._cap_domains = _literal_domains(expression)
 
     def _data(self, device: DeviceInput) -> dict[str, Any]:
@@ -608,8 +611,25 @@ class CompiledSelector:
             data[_V_CAPACITY] = {**caps, **{d: {} for d in miss_c}}
         return data
 
+    def _activation(self, device: DeviceInput) -> Any:
+        acts = device._acts
+        if acts is None:
+            acts = {}
+            object.__setattr__(device, "_acts", acts)
+        data = device.cel_data()
+        attrs, caps = data[_V_ATTRIBUTES], data[_V_CAPACITY]
+        key = (
+            self._env,
+            tuple(d for d in self._attr_domains if d not in attrs),
+            tuple(d for d in self._cap_domains if d not in caps),
+        )
+        act = acts.get(key)
+        if act is None:
+            act = acts[key] = self._env.Activation(self._data(device))
+        return act
+
     def matches(self, device: DeviceInput) -> bool:
-        result = self._program.eval(data=self._data(device))
+        result = self._program.eval(self._activation(device))
         value = result.value()
         if value is True or value is False:
             return bool(value)
@@ -650,7 +670,7 @@ def _compile(env: Any, expression: str, driver_hint: str | None) -> CompiledSele
         if hints:
             msg += " (" + "; ".join(hints) + ")"
         raise CELCompileError(expression, msg)
-    return CompiledSelector(expression, program)
+    return CompiledSelector(expression, program, env)
 
 
 def _type_name(t: Any) -> str:
