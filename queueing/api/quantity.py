@@ -180,6 +180,17 @@ class Quantity:
         self._wire = None
         self._canonical = None
 
+    @classmethod
+    def _exact(cls, value: Fraction, fmt: Format) -> Quantity:
+        """Internal: a value already a multiple of 1n (sums, differences, multiples of such)."""
+        q = object.__new__(cls)
+        q._value = value
+        q._format = fmt
+        q._original = None
+        q._wire = None
+        q._canonical = None
+        return q
+
     # ---- construction -------------------------------------------------
     @classmethod
     def parse(cls, text: str) -> Quantity:
@@ -332,6 +343,13 @@ class Quantity:
             return Fraction(other)
         return None
 
+    @staticmethod
+    def _make(other: object, value: Fraction, fmt: Format) -> Quantity:
+        # a Fraction operand may be finer than 1n: round like any new quantity
+        if isinstance(other, Fraction):
+            return Quantity(value, fmt)
+        return Quantity._exact(value, fmt)
+
     def _result_format(self, other: object) -> Format:
         # upstream Add/Sub: a zero receiver takes the other operand's format
         if self._value == 0 and isinstance(other, Quantity):
@@ -342,7 +360,7 @@ class Quantity:
         o = self._other(other)
         if o is None:
             return NotImplemented
-        return Quantity(self._value + o, self._result_format(other))
+        return self._make(other, self._value + o, self._result_format(other))
 
     __radd__ = __add__
 
@@ -350,26 +368,26 @@ class Quantity:
         o = self._other(other)
         if o is None:
             return NotImplemented
-        return Quantity(self._value - o, self._result_format(other))
+        return self._make(other, self._value - o, self._result_format(other))
 
     def __rsub__(self, other: Quantity | int | Fraction) -> Quantity:
         o = self._other(other)
         if o is None:
             return NotImplemented
-        return Quantity(o - self._value, self._format)
+        return self._make(other, o - self._value, self._format)
 
     def __mul__(self, other: int) -> Quantity:
         if not isinstance(other, int) or isinstance(other, bool):
             return NotImplemented
-        return Quantity(self._value * other, self._format)
+        return Quantity._exact(self._value * other, self._format)
 
     __rmul__ = __mul__
 
     def __neg__(self) -> Quantity:
-        return Quantity(-self._value, self._format)
+        return Quantity._exact(-self._value, self._format)
 
     def __abs__(self) -> Quantity:
-        return Quantity(abs(self._value), self._format)
+        return Quantity._exact(abs(self._value), self._format)
 
     def __eq__(self, other: object) -> bool:
         o = self._other(other)

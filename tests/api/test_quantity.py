@@ -235,6 +235,8 @@ def test_arithmetic_values() -> None:
     assert sum([p("1Gi"), p("1Gi")], Quantity(0)) == 2 * Gi
     assert str(sum([p("1Gi"), p("1Gi")])) == "2Gi"  # 0 + q keeps q's format
     assert p("1") + 1 == 2
+    assert str(p("1") + F(1, 3)) == "1333333334n"  # a Fraction operand is rounded to 1n
+    assert str(p("1") - F(1, 3)) == "666666667n"  # 2/3 rounded away from zero
     assert 5 - p("2") == 3
 
 
