@@ -1,0 +1,949 @@
+"""The structured DRA allocator: claims → requests → devices on one node, as upstream decides.
+
+Search: depth first with backtracking over claims, their requests (for ``firstAvailable`` the
+subrequests in order) and the devices of each request, trying combinations, not permutations (the
+devices of one request are picked in increasing inventory order). Everything that does not depend on
+what else is allocated (class and request selectors, taints vs tolerations, capacity requests vs
+request policy, pool completeness) is computed once per (request shape, node) and cached; the search
+only checks availability, shared counters, consumable capacity and constraints.
+
+Errors that abort the allocation upstream raise ``AllocationError`` (unknown class, CEL compile or
+runtime error, more than 32 results in one claim, ``All`` on an incomplete or invalid pool, a feature
+used while its gate is off, malformed requests). "Does not fit" is a returned ``Shortfall``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from queueing.api.core import Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
+from queueing.api.quantity import Quantity
+from queueing.api.resource import (
+    AllocationResult,
+    DeviceAllocationConfiguration,
+    DeviceAllocationResult,
+    DeviceCapacity,
+    DeviceClass,
+    DeviceRequestAllocationResult,
+    DeviceSelector,
+    DeviceToleration,
+    ResourceClaim,
+    ResourceClaimStatus,
+)
+from queueing.dra.cel import CELError, CELRuntimeError, CompiledSelector, SelectorCompiler
+from queueing.dra.errors import AllocationError
+from queueing.dra.features import Features
+from queueing.dra.inventory import (
+    AttrValue,
+    DeviceKey,
+    Inventory,
+    InventoryDevice,
+    Pick,
+    Usage,
+    attribute_key,
+)
+
+__all__ = [
+    "MAX_RESULTS_PER_CLAIM",
+    "AllocationOutcome",
+    "Allocator",
+    "Alternative",
+    "ClaimAllocation",
+    "PreparedClaim",
+    "SelectorCache",
+    "Shortfall",
+]
+
+MAX_RESULTS_PER_CLAIM = 32  # resourceapi.AllocationResultsMaxSize
+DEFAULT_MAX_STEPS = 200_000  # device checks per node attempt before the search gives up
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+_DRIVER_RE = re.compile(r"""device\.driver\s*==\s*(?:"([^"]+)"|'([^']+)')""")
+_SHARE_NAMESPACE = uuid.UUID("6c1a3f0e-5b7e-4c52-9a51-0d2f6b1f9e3a")
+
+
+# ------------------------------------------------------------------ selectors, compiled once
+@dataclass(frozen=True, slots=True)
+class BoundSelector:
+    """A compiled selector and where it came from (for error messages)."""
+
+    compiled: CompiledSelector
+    obj: str
+    field: str
+
+
+class SelectorCache:
+    """Compiles each CEL expression once and evaluates each (selector, device) once per generation.
+
+    The memo is keyed by (expression, driver, pool, generation, device), so one cache may be kept
+    across inventories rebuilt from new slices. Runtime errors are memoised too and re-raised.
+    """
+
+    def __init__(self, compiler: SelectorCompiler | None = None) -> None:
+        self._compiler = compiler or SelectorCompiler()
+        self._compiled: dict[tuple[str, str | None], CompiledSelector | CELError] = {}
+        self._memo: dict[tuple[str, str, str, int, str], bool | CELRuntimeError] = {}
+
+    def compile(
+        self, expression: str, obj: str, field_path: str, driver_hint: str | None = None
+    ) -> BoundSelector:
+        ck = (expression, driver_hint)
+        hit = self._compiled.get(ck)
+        if hit is None:
+            try:
+                hit = self._compiler.compile(expression, driver_hint=driver_hint)
+            except CELError as e:
+                hit = e
+            self._compiled[ck] = hit
+        if isinstance(hit, CELError):
+            raise AllocationError(obj, field_path, f"CEL compile error: {hit.message}")
+        return BoundSelector(hit, obj, field_path)
+
+    def matches(self, sel: BoundSelector, dev: InventoryDevice) -> bool:
+        k = (sel.compiled.expression, dev.key[0], dev.key[1], dev.generation, dev.key[2])
+        hit = self._memo.get(k)
+        if hit is None:
+            try:
+                hit = bool(sel.compiled.matches(dev.cel))
+            except CELRuntimeError as e:
+                hit = e
+            self._memo[k] = hit
+        if isinstance(hit, CELRuntimeError):
+            raise AllocationError(
+                sel.obj,
+                sel.field,
+                f"CEL runtime error on device {dev.key[0]}/{dev.key[1]}/{dev.key[2]}: {hit.message}",
+            )
+        return hit
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+
+# ------------------------------------------------------------------ prepared claims
+@dataclass(frozen=True, slots=True, eq=False)
+class Alternative:
+    """One way to satisfy a request: ``exactly`` itself, or one ``firstAvailable`` subrequest."""
+
+    claim_ref: str
+    request: str  # name in the result: "req" or "req/sub"
+    parent: str  # the request's own name
+    field: str  # path in the claim, for messages
+    class_name: str
+    device_class: DeviceClass
+    selectors: tuple[BoundSelector, ...]  # the class's first, then the request's
+    all_mode: bool
+    count: int
+    admin_access: bool
+    tolerations: tuple[DeviceToleration, ...]
+    capacity: tuple[tuple[str, Fraction], ...]  # fully qualified name -> requested amount
+    signature: tuple[object, ...]  # what the static candidate list depends on
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    requests: frozenset[str] | None  # None: all requests of the claim
+    attribute: str  # fully qualified
+    distinct: bool
+
+    def applies(self, alt: Alternative) -> bool:
+        return self.requests is None or alt.parent in self.requests or alt.request in self.requests
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PreparedClaim:
+    claim: ResourceClaim
+    ref: str  # "ResourceClaim ns/name"
+    requests: tuple[tuple[Alternative, ...], ...]
+    constraints: tuple[Constraint, ...]
+
+    @property
+    def key(self) -> str:
+        return self.claim.key
+
+
+# ------------------------------------------------------------------ outcomes
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    claim: ResourceClaim
+    allocation: AllocationResult
+    picks: tuple[Pick, ...]
+
+    @property
+    def namespace(self) -> str | None:
+        return self.claim.namespace
+
+    @property
+    def name(self) -> str:
+        return self.claim.name
+
+    def allocated_claim(self) -> ResourceClaim:
+        """A copy of the claim with ``status.allocation`` set (for use as an in-use claim)."""
+        c = self.claim.model_copy(deep=True)
+        status = c.status.model_copy() if c.status is not None else ResourceClaimStatus()
+        status.allocation = self.allocation
+        c.status = status
+        return c
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """Why claims did not fit on one node: the first request that could not be satisfied."""
+
+    node: str | None
+    claim: str  # namespace/name
+    request: str
+    needed: int
+    available: int
+    detail: str
+    bound_hit: bool = False
+
+    @property
+    def short_by(self) -> int:
+        return max(self.needed - self.available, 0)
+
+    def __str__(self) -> str:
+        where = f"node {self.node}" if self.node else "no node"
+        return f"{where}: claim {self.claim}, request {self.request}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationOutcome:
+    node: str | None
+    claims: tuple[ClaimAllocation, ...]
+    misses: tuple[Shortfall, ...] = ()
+    allocated: bool = False
+
+    @property
+    def best_miss(self) -> Shortfall | None:
+        if not self.misses:
+            return None
+        return min(self.misses, key=lambda m: (m.bound_hit, m.short_by, m.node or ""))
+
+    @property
+    def bound_hit(self) -> bool:
+        return any(m.bound_hit for m in self.misses)
+
+    def reason(self) -> str:
+        if self.allocated:
+            return ""
+        best = self.best_miss
+        if best is None:
+            return "no candidate nodes"
+        n = len(self.misses)
+        head = f"claims do not fit on any of {n} node{'s' if n != 1 else ''}"
+        if n == 1:
+            return f"claims do not fit: {best}"
+        return f"{head}; best {best}"
+
+
+class _BoundHit(Exception):
+    pass
+
+
+# ------------------------------------------------------------------ capacity policy
+def consumed_capacity(requested: Fraction | None, cap: DeviceCapacity) -> Fraction | None:
+    """What one allocation consumes of a capacity (requestPolicy rounding); None if not allowed."""
+    total = cap.value.value
+    policy = cap.request_policy
+    if requested is None:
+        if policy is not None and policy.default is not None:
+            return policy.default.value
+        return total
+    if policy is None:
+        return requested
+    rng = policy.valid_range
+    if rng is not None and rng.min is not None:
+        lo = rng.min.value
+        value = max(requested, lo)
+        if rng.step is not None and rng.step.value > 0:
+            step = rng.step.value
+            n = (value - lo) / step
+            steps = -((-n.numerator) // n.denominator)
+            value = lo + steps * step
+        if rng.max is not None and value > rng.max.value:
+            return None
+        return value
+    if policy.valid_values:
+        for v in sorted(q.value for q in policy.valid_values):
+            if v >= requested:
+                return v
+        return None
+    return requested
+
+
+def _tolerated(dev: InventoryDevice, tolerations: tuple[DeviceToleration, ...]) -> bool:
+    return all(
+        any(t.tolerates(taint) for t in tolerations)
+        for taint in dev.taints
+        if taint.effect in _BLOCKING_EFFECTS
+    )
+
+
+# ------------------------------------------------------------------ the allocator
+@dataclass(slots=True)
+class _Candidate:
+    dev: InventoryDevice
+    capacity: tuple[tuple[str, Fraction], ...]  # consumption for multi-allocation devices
+
+
+@dataclass(slots=True)
+class _Search:
+    """State of one node attempt."""
+
+    usage: Usage
+    node: Node | None
+    steps_left: int
+    in_claim: dict[DeviceKey, int] = field(default_factory=dict)  # picks in this attempt
+    picks: list[tuple[int, Alternative, Pick]] = field(default_factory=list)
+    # per claim, per constraint: values of the devices picked so far
+    cvals: list[list[list[AttrValue]]] = field(default_factory=list)
+
+
+class Allocator:
+    """Allocates claims for one pod on one node at a time (see ``allocate`` / ``allocate_on``).
+
+    ``usage`` arguments are the book of what is already taken; ``allocate_on`` leaves its picks in
+    it on success (give them back with ``Usage.give_back``), ``allocate`` never changes it.
+    """
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        classes: Mapping[str, DeviceClass] | Iterable[DeviceClass],
+        *,
+        features: Features | None = None,
+        cache: SelectorCache | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ) -> None:
+        self.inventory = inventory
+        self.classes: dict[str, DeviceClass] = (
+            dict(classes) if isinstance(classes, Mapping) else {c.name: c for c in classes}
+        )
+        self.features = features or Features()
+        self.cache = cache or SelectorCache()
+        self.max_steps = max_steps
+        self._class_selectors: dict[str, tuple[BoundSelector, ...]] = {}
+        self._candidates: dict[tuple[tuple[object, ...], str], tuple[_Candidate, ...]] = {}
+
+    # ---- preparation (node independent) ---------------------------------------------------
+    def _class(self, name: str, ref: str, field_path: str) -> tuple[DeviceClass, tuple[BoundSelector, ...]]:
+        cls = self.classes.get(name)
+        if cls is None:
+            raise AllocationError(ref, field_path, f"DeviceClass {name!r} not found")
+        sels = self._class_selectors.get(name)
+        if sels is None:
+            sels = self._compile_all(cls.spec.selectors, f"DeviceClass {name}", "spec.selectors")
+            self._class_selectors[name] = sels
+        return cls, sels
+
+    def _compile_all(
+        self, selectors: list[DeviceSelector] | None, obj: str, path: str
+    ) -> tuple[BoundSelector, ...]:
+        out = []
+        hint = None
+        for s in selectors or []:
+            m = _DRIVER_RE.search(s.cel.expression) if s.cel is not None else None
+            if m:
+                hint = m.group(1) or m.group(2)
+                break
+        for i, s in enumerate(selectors or []):
+            if s.cel is None:
+                raise AllocationError(obj, f"{path}[{i}]", "selector has no cel expression")
+            out.append(self.cache.compile(s.cel.expression, obj, f"{path}[{i}].cel.expression", hint))
+        return tuple(out)
+
+    def prepare(self, claims: Sequence[ResourceClaim]) -> tuple[PreparedClaim, ...]:
+        return tuple(self.prepare_claim(c) for c in claims)
+
+    def prepare_claim(self, claim: ResourceClaim) -> PreparedClaim:
+        ref = f"ResourceClaim {claim.key}"
+        reqs = claim.spec.devices.requests or []
+        names: set[str] = set()
+        prepared: list[tuple[Alternative, ...]] = []
+        min_total = 0
+        for i, r in enumerate(reqs):
+            path = f"spec.devices.requests[{i}]"
+            if r.name in names:
+                raise AllocationError(ref, f"{path}.name", f"duplicate request name {r.name!r}")
+            names.add(r.name)
+            if (r.exactly is None) == (r.first_available is None):
+                raise AllocationError(ref, path, "exactly one of exactly or firstAvailable must be set")
+            alts: list[Alternative] = []
+            if r.exactly is not None:
+                e = r.exactly
+                if e.admin_access and not self.features.admin_access:
+                    raise AllocationError(
+                        ref, f"{path}.exactly.adminAccess", "admin access requested but DRAAdminAccess is off"
+                    )
+                alts.append(
+                    self._alternative(
+                        ref,
+                        r.name,
+                        r.name,
+                        f"{path}.exactly",
+                        e.device_class_name,
+                        e.selectors,
+                        e.allocation_mode,
+                        e.count,
+                        bool(e.admin_access),
+                        e.tolerations,
+                        e.capacity.requests if e.capacity else None,
+                    )
+                )
+            else:
+                subs = r.first_available or []
+                if not self.features.prioritized_list:
+                    raise AllocationError(
+                        ref, f"{path}.firstAvailable", "subrequests given but DRAPrioritizedList is off"
+                    )
+                if not subs:
+                    raise AllocationError(ref, f"{path}.firstAvailable", "must not be empty")
+                sub_names: set[str] = set()
+                for j, s in enumerate(subs):
+                    if s.name in sub_names:
+                        raise AllocationError(
+                            ref, f"{path}.firstAvailable[{j}].name", f"duplicate subrequest name {s.name!r}"
+                        )
+                    sub_names.add(s.name)
+                    alts.append(
+                        self._alternative(
+                            ref,
+                            f"{r.name}/{s.name}",
+                            r.name,
+                            f"{path}.firstAvailable[{j}]",
+                            s.device_class_name,
+                            s.selectors,
+                            s.allocation_mode,
+                            s.count,
+                            False,
+                            s.tolerations,
+                            s.capacity.requests if s.capacity else None,
+                        )
+                    )
+            min_total += min((0 if a.all_mode else a.count) for a in alts)
+            prepared.append(tuple(alts))
+        if min_total > MAX_RESULTS_PER_CLAIM:
+            raise AllocationError(
+                ref,
+                "spec.devices.requests",
+                f"asks for {min_total} devices, more than the limit of {MAX_RESULTS_PER_CLAIM} per claim",
+            )
+        constraints: list[Constraint] = []
+        for i, c in enumerate(claim.spec.devices.constraints or []):
+            path = f"spec.devices.constraints[{i}]"
+            if (c.match_attribute is None) == (c.distinct_attribute is None):
+                raise AllocationError(
+                    ref, path, "exactly one of matchAttribute or distinctAttribute must be set"
+                )
+            attr = c.match_attribute if c.match_attribute is not None else c.distinct_attribute
+            assert attr is not None
+            fname = f"{path}.{'matchAttribute' if c.match_attribute is not None else 'distinctAttribute'}"
+            if "/" not in attr:
+                raise AllocationError(ref, fname, f"{attr!r} must be a fully qualified name (domain/name)")
+            for rn in c.requests or []:
+                parent = rn.split("/", 1)[0]
+                if parent not in names:
+                    raise AllocationError(ref, f"{path}.requests", f"unknown request {rn!r}")
+            constraints.append(
+                Constraint(
+                    frozenset(c.requests) if c.requests else None,
+                    attr,
+                    distinct=c.distinct_attribute is not None,
+                )
+            )
+        return PreparedClaim(claim, ref, tuple(prepared), tuple(constraints))
+
+    def _alternative(
+        self,
+        ref: str,
+        request: str,
+        parent: str,
+        path: str,
+        class_name: str,
+        selectors: list[DeviceSelector] | None,
+        mode: str | None,
+        count: int | None,
+        admin: bool,
+        tolerations: list[DeviceToleration] | None,
+        capacity: Mapping[str, Quantity] | None,
+    ) -> Alternative:
+        cls, class_sels = self._class(class_name, ref, f"{path}.deviceClassName")
+        req_sels = self._compile_all(selectors, ref, f"{path}.selectors")
+        all_mode = mode == "All"
+        n = 1 if count is None else count
+        if not all_mode and n < 1:
+            raise AllocationError(ref, f"{path}.count", f"must be at least 1, got {n}")
+        if not all_mode and n > MAX_RESULTS_PER_CLAIM:
+            raise AllocationError(
+                ref, f"{path}.count", f"{n} is more than the limit of {MAX_RESULTS_PER_CLAIM} per claim"
+            )
+        caps: list[tuple[str, Fraction]] = []
+        if capacity:
+            if not self.features.consumable_capacity:
+                raise AllocationError(
+                    ref, f"{path}.capacity", "capacity requests given but DRAConsumableCapacity is off"
+                )
+            for name, q in sorted(capacity.items()):
+                caps.append((name, q.value))
+        tols = tuple(tolerations or ()) if self.features.device_taints else ()
+        signature: tuple[object, ...] = (
+            class_name,
+            tuple(s.compiled.expression for s in req_sels),
+            admin,
+            tuple((t.key, t.operator, t.value, t.effect) for t in tols),
+            tuple(caps),
+        )
+        return Alternative(
+            claim_ref=ref,
+            request=request,
+            parent=parent,
+            field=path,
+            class_name=class_name,
+            device_class=cls,
+            selectors=class_sels + req_sels,
+            all_mode=all_mode,
+            count=n,
+            admin_access=admin,
+            tolerations=tols,
+            capacity=tuple(caps),
+            signature=signature,
+        )
+
+    # ---- static candidates per (request shape, node) ---------------------------------------
+    def _selected(self, alt: Alternative, dev: InventoryDevice) -> bool:
+        if dev.consumes and not self.features.partitionable_devices:
+            return False
+        if dev.multi and not self.features.consumable_capacity:
+            return False
+        return all(self.cache.matches(s, dev) for s in alt.selectors)
+
+    def _capacity_use(
+        self, alt: Alternative, dev: InventoryDevice
+    ) -> tuple[tuple[str, Fraction], ...] | None:
+        requests: dict[str, Fraction] = {}
+        for name, amount in alt.capacity:
+            qn = attribute_key(name, dev.key[0])
+            if qn not in dev.capacity:
+                return None
+            requests[qn] = amount
+        if not dev.multi:
+            for qn, amount in requests.items():
+                if dev.capacity[qn][1].value.value < amount:
+                    return None
+            return ()
+        out: list[tuple[str, Fraction]] = []
+        for qn, (_, cap) in dev.capacity.items():
+            use = consumed_capacity(requests.get(qn), cap)
+            if use is None or use > cap.value.value:
+                return None
+            out.append((qn, use))
+        return tuple(out)
+
+    def candidates(self, alt: Alternative, node: Node | None) -> tuple[_Candidate, ...]:
+        key = (alt.signature, node.name if node is not None else "")
+        hit = self._candidates.get(key)
+        if hit is not None:
+            return hit
+        out: list[_Candidate] = []
+        for dev in self.inventory.devices_on(node):
+            if not dev.pool_ok:
+                if alt.all_mode and self._selected(alt, dev):
+                    pool = self.inventory.pools[(dev.key[0], dev.key[1])]
+                    why = (
+                        "is being updated (incomplete)"
+                        if not pool.complete
+                        else f"is invalid: {pool.invalid}"
+                    )
+                    raise AllocationError(
+                        alt.claim_ref,
+                        f"{alt.field}.allocationMode",
+                        f"asks for all devices, but resource pool {dev.key[0]}/{dev.key[1]} {why}",
+                    )
+                continue
+            if not self._selected(alt, dev):
+                continue
+            if self.features.device_taints and dev.taints and not _tolerated(dev, alt.tolerations):
+                continue
+            use = self._capacity_use(alt, dev)
+            if use is None:
+                continue
+            out.append(_Candidate(dev, use))
+        result = tuple(out)
+        self._candidates[key] = result
+        return result
+
+    # ---- search ----------------------------------------------------------------------------
+    def allocate(
+        self,
+        claims: Sequence[ResourceClaim] | Sequence[PreparedClaim],
+        nodes: Sequence[Node | None],
+        usage: Usage,
+    ) -> AllocationOutcome:
+        """Try ``nodes`` in order; the first where all claims fit wins. ``usage`` is left unchanged."""
+        prepared = self._ensure_prepared(claims)
+        misses: list[Shortfall] = []
+        for node in nodes:
+            got = self.allocate_on(prepared, node, usage)
+            if isinstance(got, Shortfall):
+                misses.append(got)
+                continue
+            for ca in got:
+                for p in ca.picks:
+                    usage.give_back(p)
+            return AllocationOutcome(node.name if node is not None else None, got, tuple(misses), True)
+        return AllocationOutcome(None, (), tuple(misses), False)
+
+    def _ensure_prepared(
+        self, claims: Sequence[ResourceClaim] | Sequence[PreparedClaim]
+    ) -> tuple[PreparedClaim, ...]:
+        return tuple(c if isinstance(c, PreparedClaim) else self.prepare_claim(c) for c in claims)
+
+    def allocate_on(
+        self,
+        claims: Sequence[PreparedClaim],
+        node: Node | None,
+        usage: Usage,
+    ) -> tuple[ClaimAllocation, ...] | Shortfall:
+        """All claims on ``node`` or a Shortfall. On success the picks stay taken in ``usage``."""
+        steps: list[tuple[int, tuple[Alternative, ...]]] = []
+        for ci, pc in enumerate(claims):
+            for alts in pc.requests:
+                steps.append((ci, alts))
+        # early pruning: every request needs enough statically matching devices
+        for _ci, alts in steps:
+            if not any(self._statically_possible(a, node) for a in alts):
+                return self._diagnose(claims, node, usage, bound_hit=False)
+        search = _Search(usage=usage, node=node, steps_left=self.max_steps)
+        search.cvals = [[[] for _ in pc.constraints] for pc in claims]
+        try:
+            ok = self._solve(claims, steps, 0, search)
+        except _BoundHit:
+            ok = False
+            for _, _, p in reversed(search.picks):
+                usage.give_back(p)
+            search.picks.clear()
+            return self._diagnose(claims, node, usage, bound_hit=True)
+        if not ok:
+            return self._diagnose(claims, node, usage, bound_hit=False)
+        return self._results(claims, node, search)
+
+    def _statically_possible(self, alt: Alternative, node: Node | None) -> bool:
+        n = len(self.candidates(alt, node))
+        return n >= 1 if alt.all_mode else n >= alt.count
+
+    def _solve(
+        self,
+        claims: Sequence[PreparedClaim],
+        steps: list[tuple[int, tuple[Alternative, ...]]],
+        i: int,
+        s: _Search,
+    ) -> bool:
+        if i == len(steps):
+            return True
+        ci, alts = steps[i]
+        for alt in alts:
+            cands = self.candidates(alt, s.node)
+            if alt.all_mode:
+                if not cands:
+                    continue
+                if len(cands) > MAX_RESULTS_PER_CLAIM or self._claim_results(s, ci) + len(cands) > (
+                    MAX_RESULTS_PER_CLAIM
+                ):
+                    raise AllocationError(
+                        alt.claim_ref,
+                        f"{alt.field}.allocationMode",
+                        f"All selects {len(cands)} devices on node "
+                        f"{s.node.name if s.node else '-'}: more than the limit of "
+                        f"{MAX_RESULTS_PER_CLAIM} results per claim",
+                    )
+                mark = len(s.picks)
+                if all(self._try(claims[ci], ci, alt, c, s) for c in cands) and self._solve(
+                    claims, steps, i + 1, s
+                ):
+                    return True
+                self._undo_to(claims[ci], ci, s, mark)
+                continue
+            if len(cands) < alt.count:
+                continue
+            if self._pick(claims, steps, i, ci, alt, cands, 0, alt.count, s):
+                return True
+        return False
+
+    @staticmethod
+    def _claim_results(s: _Search, ci: int) -> int:
+        return sum(1 for c, _, _ in s.picks if c == ci)
+
+    def _pick(
+        self,
+        claims: Sequence[PreparedClaim],
+        steps: list[tuple[int, tuple[Alternative, ...]]],
+        i: int,
+        ci: int,
+        alt: Alternative,
+        cands: tuple[_Candidate, ...],
+        start: int,
+        need: int,
+        s: _Search,
+    ) -> bool:
+        if need == 0:
+            return self._solve(claims, steps, i + 1, s)
+        pc = claims[ci]
+        for j in range(start, len(cands) - need + 1):
+            mark = len(s.picks)
+            if not self._try(pc, ci, alt, cands[j], s):
+                continue
+            if self._pick(claims, steps, i, ci, alt, cands, j + 1, need - 1, s):
+                return True
+            self._undo_to(pc, ci, s, mark)
+        return False
+
+    def _try(self, pc: PreparedClaim, ci: int, alt: Alternative, cand: _Candidate, s: _Search) -> bool:
+        """Check one device against what is taken and the constraints; take it if it fits."""
+        s.steps_left -= 1
+        if s.steps_left < 0:
+            raise _BoundHit()
+        dev = cand.dev
+        key = dev.key
+        usage = s.usage
+        if not dev.multi:
+            if s.in_claim.get(key):
+                return False
+            if not alt.admin_access and usage.is_taken(key):
+                return False
+        elif any(p.device.key == key and a is alt for _, a, p in s.picks):
+            return False
+        if not alt.admin_access:
+            total = self.inventory.counters
+            for ck, amount in dev.consumes:
+                if usage.counters.get(ck, 0) + amount > total.get(ck, 0):
+                    return False
+            for qn, amount in cand.capacity:
+                if usage.capacity.get((key, qn), 0) + amount > dev.capacity[qn][1].value.value:
+                    return False
+        cvals = s.cvals[ci]
+        for k, con in enumerate(pc.constraints):
+            if not con.applies(alt):
+                continue
+            v = dev.attributes.get(con.attribute)
+            if v is None:
+                return False
+            seen = cvals[k]
+            if con.distinct:
+                if v in seen:
+                    return False
+            elif seen and seen[0] != v:
+                return False
+        for k, con in enumerate(pc.constraints):
+            if con.applies(alt):
+                cvals[k].append(dev.attributes[con.attribute])
+        pick = Pick(
+            dev, alt.request, alt.admin_access, () if alt.admin_access else dev.consumes, cand.capacity
+        )
+        usage.take(pick)
+        s.in_claim[key] = s.in_claim.get(key, 0) + 1
+        s.picks.append((ci, alt, pick))
+        return True
+
+    def _undo_to(self, pc: PreparedClaim, ci: int, s: _Search, mark: int) -> None:
+        while len(s.picks) > mark:
+            _, alt, pick = s.picks.pop()
+            s.usage.give_back(pick)
+            key = pick.device.key
+            n = s.in_claim[key] - 1
+            if n:
+                s.in_claim[key] = n
+            else:
+                del s.in_claim[key]
+            for k, con in enumerate(pc.constraints):
+                if con.applies(alt):
+                    s.cvals[ci][k].pop()
+
+    # ---- results ---------------------------------------------------------------------------
+    def _results(
+        self, claims: Sequence[PreparedClaim], node: Node | None, s: _Search
+    ) -> tuple[ClaimAllocation, ...]:
+        out = []
+        for ci, pc in enumerate(claims):
+            picks = [(alt, p) for c, alt, p in s.picks if c == ci]
+            results = []
+            for n, (alt, p) in enumerate(picks):
+                d = p.device
+                r = DeviceRequestAllocationResult(
+                    request=alt.request, driver=d.key[0], pool=d.key[1], device=d.key[2]
+                )
+                if alt.admin_access:
+                    r.admin_access = True
+                if alt.tolerations:
+                    r.tolerations = list(alt.tolerations)
+                if self.features.binding_conditions and d.device.binding_conditions:
+                    r.binding_conditions = list(d.device.binding_conditions)
+                    r.binding_failure_conditions = list(d.device.binding_failure_conditions or [])
+                if d.multi:
+                    r.share_id = str(
+                        uuid.uuid5(_SHARE_NAMESPACE, f"{pc.claim.key}/{alt.request}/{n}/{'/'.join(d.key)}")
+                    )
+                    r.consumed_capacity = {
+                        d.capacity[qn][0]: Quantity.from_value(amount, d.capacity[qn][1].value.format)
+                        for qn, amount in p.capacity
+                    }
+                results.append(r)
+            config: list[DeviceAllocationConfiguration] = []
+            seen_requests: set[str] = set()
+            for alt, _ in picks:
+                if alt.request in seen_requests:
+                    continue
+                seen_requests.add(alt.request)
+                for cc in alt.device_class.spec.config or []:
+                    config.append(
+                        DeviceAllocationConfiguration(
+                            source="FromClass", requests=[alt.request], opaque=cc.opaque
+                        )
+                    )
+            for cl in pc.claim.spec.devices.config or []:
+                item = DeviceAllocationConfiguration(source="FromClaim", opaque=cl.opaque)
+                if cl.requests:
+                    item.requests = list(cl.requests)
+                config.append(item)
+            devices = DeviceAllocationResult(results=results)
+            if config:
+                devices.config = config
+            alloc = AllocationResult(devices=devices)
+            sel = _node_selector([p for _, p in picks], node)
+            if sel is not None:
+                alloc.node_selector = sel
+            out.append(ClaimAllocation(pc.claim, alloc, tuple(p for _, p in picks)))
+        return tuple(out)
+
+    # ---- explanations ----------------------------------------------------------------------
+    def _diagnose(
+        self, claims: Sequence[PreparedClaim], node: Node | None, usage: Usage, *, bound_hit: bool
+    ) -> Shortfall:
+        node_name = node.name if node is not None else None
+        if bound_hit:
+            pc = claims[0]
+            return Shortfall(
+                node_name,
+                pc.key,
+                "*",
+                0,
+                0,
+                f"search stopped after {self.max_steps} device checks (work bound hit) without a fit",
+                bound_hit=True,
+            )
+        for pc in claims:
+            for alts in pc.requests:
+                best: Shortfall | None = None
+                for alt in alts:
+                    sf = self._diagnose_alt(pc, alt, node, usage)
+                    if sf is None:
+                        best = None
+                        break
+                    if best is None or sf.short_by < best.short_by:
+                        best = sf
+                if best is not None:
+                    return best
+        names = ", ".join(pc.key for pc in claims)
+        cons = [c for pc in claims for c in pc.constraints]
+        if cons:
+            desc = "; ".join(
+                f"{'distinctAttribute' if c.distinct else 'matchAttribute'} {c.attribute}" for c in cons
+            )
+            detail = f"enough devices are free, but no combination satisfies the constraints ({desc})"
+        else:
+            detail = "enough devices are free one by one, but not together (shared counters or capacity)"
+        first = claims[0] if claims else None
+        return Shortfall(node_name, first.key if first else names, "*", 0, 0, detail)
+
+    def _diagnose_alt(
+        self, pc: PreparedClaim, alt: Alternative, node: Node | None, usage: Usage
+    ) -> Shortfall | None:
+        """A Shortfall if the request alone cannot be met on the node, else None."""
+        node_name = node.name if node is not None else None
+        cands = self.candidates(alt, node)
+        free = 0
+        blocked_counters = 0
+        for c in cands:
+            d = c.dev
+            if not d.multi and not alt.admin_access and usage.is_taken(d.key):
+                continue
+            if not alt.admin_access:
+                if any(
+                    usage.counters.get(ck, 0) + a > self.inventory.counters.get(ck, 0) for ck, a in d.consumes
+                ):
+                    blocked_counters += 1
+                    continue
+                if any(
+                    usage.capacity.get((d.key, qn), 0) + a > d.capacity[qn][1].value.value
+                    for qn, a in c.capacity
+                ):
+                    blocked_counters += 1
+                    continue
+            free += 1
+        need = max(1, len(cands)) if alt.all_mode else alt.count
+        if alt.all_mode and cands and free == len(cands):
+            return None
+        if not alt.all_mode and free >= need:
+            return None
+        on_node = self.inventory.devices_on(node)
+        in_class = sum(
+            1
+            for d in on_node
+            if d.pool_ok and all(self.cache.matches(s, d) for s in self._class_selectors[alt.class_name])
+        )
+        parts = [
+            f"{need} device{'s' if need != 1 else ''} of class {alt.class_name} needed"
+            + (" (All)" if alt.all_mode else ""),
+            f"{free} available",
+            f"{in_class} in the class on this node",
+            f"{len(cands)} match the request's selectors, tolerations and capacity",
+        ]
+        taken = len(cands) - free - blocked_counters
+        if taken:
+            parts.append(f"{taken} already allocated")
+        if blocked_counters:
+            parts.append(f"{blocked_counters} blocked by shared counters or consumed capacity")
+        return Shortfall(node_name, pc.key, alt.request, need, free, ", ".join(parts))
+
+
+def _node_selector(picks: Sequence[Pick], node: Node | None) -> NodeSelector | None:
+    """``status.allocation.nodeSelector``: node-local → that node; network-attached → the selectors."""
+    exprs: list[NodeSelectorRequirement] = []
+    fields: list[NodeSelectorRequirement] = []
+    selectors: list[NodeSelector] = []
+    for p in picks:
+        d = p.device
+        if d.node_name or (d.binds_to_node and node is not None):
+            name = d.node_name or (node.name if node is not None else "")
+            return NodeSelector(
+                node_selector_terms=[
+                    NodeSelectorTerm(
+                        match_fields=[
+                            NodeSelectorRequirement(key="metadata.name", operator="In", values=[name])
+                        ]
+                    )
+                ]
+            )
+        if d.node_selector is not None and d.node_selector.node_selector_terms:
+            if d.node_selector not in selectors:
+                selectors.append(d.node_selector)
+            term = d.node_selector.node_selector_terms[0]
+            for r in term.match_expressions or []:
+                if r not in exprs:
+                    exprs.append(r)
+            for r in term.match_fields or []:
+                if r not in fields:
+                    fields.append(r)
+    if len(selectors) == 1:
+        return selectors[0].model_copy(deep=True)
+    if not exprs and not fields:
+        return None
+    term = NodeSelectorTerm()
+    if exprs:
+        term.match_expressions = exprs
+    if fields:
+        term.match_fields = fields
+    return NodeSelector(node_selector_terms=[term])

@@ -1,0 +1,408 @@
+"""The device inventory: pools built from ResourceSlices, and what is already in use.
+
+Pools (upstream semantics):
+* slices are grouped by (driver, pool name); only slices of the highest generation count;
+* a pool with fewer slices than ``resourceSliceCount`` is *incomplete*: ExactCount requests skip it,
+  an ``All`` request that would use it is an error;
+* duplicate device names or counter set names, or a ``consumesCounters`` entry that names an unknown
+  counter set or counter, make the pool *invalid* (skipped like an incomplete pool);
+* node targeting comes from the slice (``nodeName``, ``nodeSelector``, ``allNodes``) or, with
+  ``perDeviceNodeSelection``, from each device.
+
+Shared counters are keyed by (driver, pool, counter set, counter) — upstream keys by pool name only.
+
+``Usage`` is the mutable book of what is taken: exclusive devices, consumed counters and consumed
+capacity of devices that allow multiple allocations. It is built from allocated claims and changed
+only through ``take``/``give_back`` (the allocator and gang transactions undo exactly what they did).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from queueing.api.core import Node, NodeSelector
+from queueing.api.quantity import Quantity
+from queueing.api.resource import (
+    Device,
+    DeviceCapacity,
+    DeviceTaint,
+    ResourceClaim,
+    ResourceSlice,
+)
+from queueing.dra.cel import DeviceInput, Version, VersionError, split_qualified_name
+
+__all__ = [
+    "CounterKey",
+    "DeviceKey",
+    "Inventory",
+    "InventoryDevice",
+    "Pick",
+    "Pool",
+    "Usage",
+    "attribute_key",
+]
+
+DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+CounterKey = tuple[str, str, str, str]  # (driver, pool, counter set, counter)
+AttrValue = tuple[str, bool | int | str]  # (kind, value): int 1 and string "1" differ
+
+
+def attribute_key(name: str, driver: str) -> str:
+    """Fully qualified ``domain/name`` for an attribute or capacity name (no domain → the driver's)."""
+    domain, ident = split_qualified_name(name, driver)
+    return f"{domain}/{ident}"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class InventoryDevice:
+    """One device of a pool's current generation, with everything the allocator needs precomputed."""
+
+    key: DeviceKey
+    order: int  # global, deterministic order: (driver, pool, slice name, index)
+    generation: int
+    device: Device
+    slice_name: str
+    node_name: str | None
+    node_selector: NodeSelector | None
+    all_nodes: bool
+    cel: DeviceInput
+    attributes: Mapping[str, AttrValue]  # fully qualified name -> typed value
+    capacity: Mapping[
+        str, tuple[str, DeviceCapacity]
+    ]  # fully qualified name -> (name as published, capacity)
+    taints: tuple[DeviceTaint, ...]
+    consumes: tuple[tuple[CounterKey, Fraction], ...]
+    multi: bool  # allowMultipleAllocations
+    binds_to_node: bool
+    pool_ok: bool  # pool complete and valid
+
+    @property
+    def driver(self) -> str:
+        return self.key[0]
+
+    @property
+    def pool(self) -> str:
+        return self.key[1]
+
+    @property
+    def name(self) -> str:
+        return self.key[2]
+
+    def on_node(self, node: Node | None) -> bool:
+        if self.all_nodes:
+            return True
+        if node is None:
+            return False
+        if self.node_name is not None:
+            return self.node_name == node.name
+        if self.node_selector is not None:
+            return self.node_selector.matches(node.labels, node.name)
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    driver: str
+    name: str
+    generation: int
+    slice_names: tuple[str, ...]
+    resource_slice_count: int
+    complete: bool
+    invalid: str | None  # why the pool is invalid, None when valid
+    counters: Mapping[CounterKey, Fraction]
+    devices: tuple[InventoryDevice, ...]
+
+    @property
+    def usable(self) -> bool:
+        return self.complete and self.invalid is None
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """One device taken for one request: what it consumes, so it can be given back exactly."""
+
+    device: InventoryDevice
+    request: str
+    admin_access: bool
+    counters: tuple[tuple[CounterKey, Fraction], ...]
+    capacity: tuple[tuple[str, Fraction], ...]  # consumed capacity (multi-allocation devices only)
+
+
+@dataclass(slots=True)
+class Usage:
+    """Mutable book of taken devices, counters and capacity (owned by one allocation or transaction)."""
+
+    devices: dict[DeviceKey, int] = field(default_factory=dict)
+    counters: dict[CounterKey, Fraction] = field(default_factory=dict)
+    capacity: dict[tuple[DeviceKey, str], Fraction] = field(default_factory=dict)
+
+    def copy(self) -> Usage:
+        return Usage(dict(self.devices), dict(self.counters), dict(self.capacity))
+
+    def is_taken(self, key: DeviceKey) -> bool:
+        return self.devices.get(key, 0) > 0
+
+    def take(self, pick: Pick) -> None:
+        if pick.admin_access:
+            return
+        key = pick.device.key
+        if not pick.device.multi:
+            self.devices[key] = self.devices.get(key, 0) + 1
+        for ck, amount in pick.counters:
+            self.counters[ck] = self.counters.get(ck, Fraction(0)) + amount
+        for name, amount in pick.capacity:
+            ik = (key, name)
+            self.capacity[ik] = self.capacity.get(ik, Fraction(0)) + amount
+
+    def give_back(self, pick: Pick) -> None:
+        if pick.admin_access:
+            return
+        key = pick.device.key
+        if not pick.device.multi:
+            n = self.devices.get(key, 0) - 1
+            if n > 0:
+                self.devices[key] = n
+            else:
+                self.devices.pop(key, None)
+        for ck, amount in pick.counters:
+            left = self.counters.get(ck, Fraction(0)) - amount
+            if left:
+                self.counters[ck] = left
+            else:
+                self.counters.pop(ck, None)
+        for name, amount in pick.capacity:
+            ik = (key, name)
+            left = self.capacity.get(ik, Fraction(0)) - amount
+            if left:
+                self.capacity[ik] = left
+            else:
+                self.capacity.pop(ik, None)
+
+
+def _attr_value(kind: str, value: bool | int | str) -> bool | int | str | Version:
+    return Version(str(value)) if kind == "version" else value
+
+
+def _cel_input(device: Device, driver: str, multi: bool) -> tuple[DeviceInput, dict[str, AttrValue]]:
+    attrs: dict[str, dict[str, bool | int | str | Version]] = {}
+    flat: dict[str, AttrValue] = {}
+    for name, attr in (device.attributes or {}).items():
+        kv = attr.kind_and_value()
+        if kv is None:
+            continue
+        domain, ident = split_qualified_name(name, driver)
+        try:
+            attrs.setdefault(domain, {})[ident] = _attr_value(*kv)
+        except VersionError:  # an unparsable version: keep it out of CEL, constraints still see the text
+            attrs.setdefault(domain, {})
+        flat[f"{domain}/{ident}"] = kv
+    caps: dict[str, dict[str, Quantity]] = {}
+    for name, cap in (device.capacity or {}).items():
+        domain, ident = split_qualified_name(name, driver)
+        caps.setdefault(domain, {})[ident] = cap.value
+    return DeviceInput(driver=driver, attributes=attrs, capacity=caps, allow_multiple_allocations=multi), flat
+
+
+class Inventory:
+    """Pools and devices from a set of ResourceSlices; immutable once built.
+
+    ``devices_on(node)`` lists the devices a pod on ``node`` may use (deterministic order), cached per
+    node name. Rebuild the inventory when slices change (the selector memo lives in ``SelectorCache``
+    and is keyed by pool generation, so it survives a rebuild).
+    """
+
+    def __init__(self, slices: Iterable[ResourceSlice], *, partitionable_devices: bool = True) -> None:
+        by_pool: dict[tuple[str, str], list[ResourceSlice]] = {}
+        for s in slices:
+            by_pool.setdefault((s.spec.driver, s.spec.pool.name), []).append(s)
+        self.pools: dict[tuple[str, str], Pool] = {}
+        self.devices: dict[DeviceKey, InventoryDevice] = {}
+        self._local: dict[str, list[InventoryDevice]] = {}
+        self._floating: list[InventoryDevice] = []  # nodeSelector / allNodes devices
+        self._node_cache: dict[str, tuple[InventoryDevice, ...]] = {}
+        order = 0
+        for pool_key in sorted(by_pool):
+            pool, order = self._build_pool(pool_key, by_pool[pool_key], order, partitionable_devices)
+            self.pools[pool_key] = pool
+            for d in pool.devices:
+                self.devices.setdefault(d.key, d)
+                if d.node_name is not None and not d.all_nodes:
+                    self._local.setdefault(d.node_name, []).append(d)
+                elif d.all_nodes or d.node_selector is not None:
+                    self._floating.append(d)
+        self.counters: dict[CounterKey, Fraction] = {}
+        for p in self.pools.values():
+            self.counters.update(p.counters)
+
+    # ---- construction ------------------------------------------------------------------
+    @staticmethod
+    def _build_pool(
+        pool_key: tuple[str, str], slices: list[ResourceSlice], order: int, partitionable: bool
+    ) -> tuple[Pool, int]:
+        driver, pool_name = pool_key
+        generation = max(s.spec.pool.generation for s in slices)
+        current = sorted((s for s in slices if s.spec.pool.generation == generation), key=lambda s: s.name)
+        count = max(s.spec.pool.resource_slice_count for s in current)
+        complete = len(current) >= count
+        invalid: str | None = None
+        counters: dict[CounterKey, Fraction] = {}
+        set_names: set[str] = set()
+        if partitionable:
+            for s in current:
+                for cs in s.spec.shared_counters or []:
+                    if cs.name in set_names:
+                        invalid = invalid or f"duplicate counter set name {cs.name!r}"
+                    set_names.add(cs.name)
+                    for cname, c in cs.counters.items():
+                        counters[(driver, pool_name, cs.name, cname)] = c.value.value
+        devices: list[InventoryDevice] = []
+        names: set[str] = set()
+        for s in current:
+            per_device = bool(s.spec.per_device_node_selection)
+            for dev in s.spec.devices:
+                if dev.name in names:
+                    invalid = invalid or f"duplicate device name {dev.name!r}"
+                names.add(dev.name)
+                consumes: list[tuple[CounterKey, Fraction]] = []
+                if partitionable:
+                    for cc in dev.consumes_counters or []:
+                        if cc.counter_set not in set_names:
+                            invalid = invalid or (
+                                f"device {dev.name!r} consumes counters from unknown counter set "
+                                f"{cc.counter_set!r}"
+                            )
+                        for cname, c in cc.counters.items():
+                            ck = (driver, pool_name, cc.counter_set, cname)
+                            if cc.counter_set in set_names and ck not in counters:
+                                invalid = invalid or (
+                                    f"device {dev.name!r} consumes unknown counter {cname!r} of "
+                                    f"counter set {cc.counter_set!r}"
+                                )
+                            consumes.append((ck, c.value.value))
+                if per_device:
+                    node_name, node_sel, all_nodes = dev.node_name, dev.node_selector, bool(dev.all_nodes)
+                else:
+                    node_name, node_sel, all_nodes = (
+                        s.spec.node_name,
+                        s.spec.node_selector,
+                        bool(s.spec.all_nodes),
+                    )
+                multi = bool(dev.allow_multiple_allocations)
+                cel_input, flat = _cel_input(dev, driver, multi)
+                caps = {attribute_key(n, driver): (n, c) for n, c in (dev.capacity or {}).items()}
+                devices.append(
+                    InventoryDevice(
+                        key=(driver, pool_name, dev.name),
+                        order=order,
+                        generation=generation,
+                        device=dev,
+                        slice_name=s.name,
+                        node_name=node_name or None,
+                        node_selector=node_sel,
+                        all_nodes=all_nodes,
+                        cel=cel_input,
+                        attributes=flat,
+                        capacity=caps,
+                        taints=tuple(dev.taints or ()),
+                        consumes=tuple(consumes),
+                        multi=multi,
+                        binds_to_node=bool(dev.binds_to_node),
+                        pool_ok=False,  # fixed below once validity is known
+                    )
+                )
+                order += 1
+        ok = complete and invalid is None
+        if ok:
+            devices = [_with_pool_ok(d) for d in devices]
+        pool = Pool(
+            driver=driver,
+            name=pool_name,
+            generation=generation,
+            slice_names=tuple(s.name for s in current),
+            resource_slice_count=count,
+            complete=complete,
+            invalid=invalid,
+            counters=counters,
+            devices=tuple(devices),
+        )
+        return pool, order
+
+    # ---- queries -------------------------------------------------------------------------
+    def devices_on(self, node: Node | None) -> tuple[InventoryDevice, ...]:
+        """Devices usable from ``node`` (node-local, selected by the node's labels, or all-nodes)."""
+        cache_key = node.name if node is not None else ""
+        hit = self._node_cache.get(cache_key)
+        if hit is not None:
+            return hit
+        out = list(self._local.get(node.name, ())) if node is not None else []
+        out.extend(d for d in self._floating if d.on_node(node))
+        out.sort(key=lambda d: d.order)
+        result = tuple(out)
+        self._node_cache[cache_key] = result
+        return result
+
+    def node_names(self) -> list[str]:
+        """Every node name a slice or device names."""
+        return sorted(self._local)
+
+    def usage(self, allocated: Sequence[ResourceClaim]) -> Usage:
+        """What the allocations of in-use claims take (adminAccess results take nothing)."""
+        u = Usage()
+        for claim in allocated:
+            self.take_allocation(u, claim)
+        return u
+
+    def picks_of(self, claim: ResourceClaim) -> list[Pick]:
+        """The picks an allocated claim holds (devices no longer published still count as taken)."""
+        alloc = claim.status.allocation
+        if alloc is None or alloc.devices is None:
+            return []
+        out: list[Pick] = []
+        for r in alloc.devices.results or []:
+            key = (r.driver, r.pool, r.device)
+            dev = self.devices.get(key)
+            if dev is None:
+                dev = _ghost(key)
+            caps: tuple[tuple[str, Fraction], ...] = ()
+            if dev.multi:
+                caps = tuple(
+                    (attribute_key(n, r.driver), q.value) for n, q in (r.consumed_capacity or {}).items()
+                )
+            out.append(Pick(dev, r.request, bool(r.admin_access), dev.consumes, caps))
+        return out
+
+    def take_allocation(self, usage: Usage, claim: ResourceClaim) -> None:
+        for p in self.picks_of(claim):
+            usage.take(p)
+
+    def give_back_allocation(self, usage: Usage, claim: ResourceClaim) -> None:
+        for p in self.picks_of(claim):
+            usage.give_back(p)
+
+
+def _with_pool_ok(d: InventoryDevice) -> InventoryDevice:
+    return replace(d, pool_ok=True)
+
+
+def _ghost(key: DeviceKey) -> InventoryDevice:
+    """A device an allocation names but no current slice publishes: it stays taken."""
+    return InventoryDevice(
+        key=key,
+        order=-1,
+        generation=-1,
+        device=Device(name=key[2]),
+        slice_name="",
+        node_name=None,
+        node_selector=None,
+        all_nodes=False,
+        cel=DeviceInput(driver=key[0], attributes={}, capacity={}),
+        attributes={},
+        capacity={},
+        taints=(),
+        consumes=(),
+        multi=False,
+        binds_to_node=False,
+        pool_ok=False,
+    )
