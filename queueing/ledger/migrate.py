@@ -1,0 +1,94 @@
+"""Alembic, driven from the package: the ``Config`` is built here, so migrations run from any directory.
+
+Sync entry points (``upgrade``, ``downgrade``, ``current``) run their own event loop (the CLI);
+async ones (``upgrade_async`` ...) run on a caller's engine inside a running loop (tests, controller).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import queueing
+from queueing.ledger.engine import database_url
+
+MIGRATIONS_DIR = Path(queueing.__file__).resolve().parent.parent / "migrations"
+
+
+def alembic_config(url: str | None = None, *, stdout: Any = None) -> Config:
+    if not (MIGRATIONS_DIR / "env.py").is_file():
+        raise FileNotFoundError(f"the Alembic migrations are not at {MIGRATIONS_DIR}")
+    cfg = Config(stdout=stdout or io.StringIO())
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("path_separator", "os")
+    if url is not None:
+        resolved = database_url(url)
+        cfg.attributes["url"] = resolved
+        cfg.set_main_option("sqlalchemy.url", resolved.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+# ---------------------------------------------------------------- sync (CLI)
+def upgrade(url: str | None = None, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url or database_url()), revision)
+
+
+def downgrade(url: str | None = None, revision: str = "-1") -> None:
+    command.downgrade(alembic_config(url or database_url()), revision)
+
+
+def current(url: str | None = None) -> str | None:
+    import asyncio
+
+    from queueing.ledger.engine import create_engine
+
+    async def _go() -> str | None:
+        engine = create_engine(url)
+        try:
+            return await current_async(engine)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(_go())
+
+
+# ---------------------------------------------------------------- async (in a running loop)
+async def _with_connection(engine: AsyncEngine, fn: Callable[[Config], None]) -> None:
+    def _run(conn: Connection) -> None:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        fn(cfg)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(_run)
+
+
+async def upgrade_async(engine: AsyncEngine, revision: str = "head") -> None:
+    await _with_connection(engine, lambda cfg: command.upgrade(cfg, revision))
+
+
+async def downgrade_async(engine: AsyncEngine, revision: str = "base") -> None:
+    await _with_connection(engine, lambda cfg: command.downgrade(cfg, revision))
+
+
+async def current_async(engine: AsyncEngine) -> str | None:
+    def _cur(conn: Connection) -> str | None:
+        return MigrationContext.configure(conn).get_current_revision()
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(_cur)

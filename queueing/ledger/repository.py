@@ -1,0 +1,949 @@
+"""The ledger's repository: every write the controller (or the simulator) makes, one transaction each.
+
+Usage::
+
+    ledger = Ledger.from_url("sqlite+aiosqlite:///ledger.db")     # or postgresql+asyncpg://...
+    await ledger.upsert_cluster_queue(ClusterQueueSpec(...), at=now)
+    await ledger.upsert_local_queue(LocalQueueSpec(...), at=now)
+    await ledger.add_workload(WorkloadSpec(...), at=now)
+    admission_id = await ledger.admit(AdmissionRequest(...), at=now)   # reserve quota + record the plan
+    await ledger.finish(uid, at=later)                                 # release
+    await ledger.evict(uid, at=later, reason="Preempted", preemptor_uid=...)
+    state = await ledger.load_state()                                   # recovery
+    await ledger.close()
+
+Quota is checked inside the admitting transaction while holding row locks (PostgreSQL ``SELECT ... FOR
+UPDATE`` on the cohort row, then the ClusterQueue row, then the workload row; SQLite serialises writers
+with ``BEGIN IMMEDIATE``). A second active admission of one workload UID is refused by a unique index.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from queueing.api.quantity import Quantity
+from queueing.ledger import models as m
+from queueing.ledger.engine import create_engine
+from queueing.ledger.state import (
+    ActiveAdmission,
+    AdmissionRequest,
+    Charge,
+    ClusterQueueSpec,
+    LedgerState,
+    LocalQueueSpec,
+    PendingWorkload,
+    PlannedDevice,
+    PodPlan,
+    QuotaSpec,
+    ReleaseResult,
+    UsageKey,
+    WorkloadSpec,
+)
+from queueing.ledger.types import MS_PER_DAY, to_ms
+
+Time = datetime | int | float  # datetime, or epoch seconds
+ZERO = Quantity.from_value(0)
+
+
+class LedgerError(Exception):
+    """Base of the ledger's refusals."""
+
+
+class UnknownObject(LedgerError):
+    pass
+
+
+class AlreadyAdmitted(LedgerError):
+    pass
+
+
+class NotAdmitted(LedgerError):
+    pass
+
+
+class QuotaExceeded(LedgerError):
+    pass
+
+
+@dataclass(frozen=True)
+class JournalEvent:
+    """A raw journal row, for :meth:`Ledger.append_journal` (bulk import, simulation, benchmarks)."""
+
+    at_ms: int
+    kind: str
+    metric: str
+    workload_uid: str
+    namespace: str
+    local_queue: str
+    cluster_queue: str
+    flavor: str
+    resource: str
+    amount: Quantity
+    admission_id: int | None = None
+
+
+def _ms(t: Time) -> int:
+    return to_ms(t)
+
+
+def _devices_json(devices: Iterable[PlannedDevice]) -> str:
+    out = []
+    for d in devices:
+        item: dict[str, str] = {"device": d.device}
+        if d.device_class:
+            item["deviceClass"] = d.device_class
+        if d.memory is not None:
+            item["memory"] = str(d.memory)
+        out.append(item)
+    return json.dumps(out, sort_keys=True)
+
+
+def _devices_from_json(text: str) -> tuple[PlannedDevice, ...]:
+    return tuple(
+        PlannedDevice(
+            device=d["device"],
+            device_class=d.get("deviceClass", ""),
+            memory=Quantity.parse(d["memory"]) if "memory" in d else None,
+        )
+        for d in json.loads(text)
+    )
+
+
+def device_usage(pods: Iterable[PodPlan]) -> dict[str, tuple[int, Quantity]]:
+    """Per device class: (number of devices, total memory) of a plan."""
+    out: dict[str, tuple[int, Quantity]] = {}
+    for p in pods:
+        for d in p.devices:
+            n, mem = out.get(d.device_class, (0, ZERO))
+            out[d.device_class] = (n + 1, mem + (d.memory or ZERO))
+    return out
+
+
+class Ledger:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def from_url(cls, url: str | None = None, **engine_kwargs: Any) -> Ledger:
+        return cls(create_engine(url, **engine_kwargs))
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    # ------------------------------------------------------------------ queues and cohorts
+    async def upsert_cohort(self, name: str, *, parent: str | None = None, at: Time) -> None:
+        async with self.engine.begin() as c:
+            await self._ensure_cohort(c, name, _ms(at), parent=parent, set_parent=True)
+
+    async def _ensure_cohort(
+        self, c: AsyncConnection, name: str, at_ms: int, *, parent: str | None = None, set_parent: bool = False
+    ) -> None:
+        row = (await c.execute(select(m.Cohort.parent).where(m.Cohort.name == name))).first()
+        if row is None:
+            await c.execute(
+                insert(m.Cohort).values(name=name, parent=parent, created_at_ms=at_ms, updated_at_ms=at_ms)
+            )
+        elif set_parent and row.parent != parent:
+            await c.execute(
+                update(m.Cohort).where(m.Cohort.name == name).values(parent=parent, updated_at_ms=at_ms)
+            )
+
+    async def upsert_cluster_queue(self, spec: ClusterQueueSpec, *, at: Time) -> int:
+        """Record a ClusterQueue's spec; returns its quota version (new version only when it changed)."""
+        at_ms = _ms(at)
+        keys = [(q.flavor, q.resource) for q in spec.quotas]
+        if len(set(keys)) != len(keys):
+            raise LedgerError(f"ClusterQueue {spec.name}: a (flavor, resource) appears twice in its quotas")
+        async with self.engine.begin() as c:
+            if spec.cohort:
+                await self._ensure_cohort(c, spec.cohort, at_ms)
+            row = (
+                await c.execute(
+                    select(m.ClusterQueue).where(m.ClusterQueue.name == spec.name).with_for_update()
+                )
+            ).first()
+            if row is not None:
+                current = await self._quota_spec(c, spec.name, row.quota_version)
+                if (
+                    current == _normalized(spec)
+                    and row.deleted_at_ms is None
+                ):
+                    return int(row.quota_version)
+                version = int(row.quota_version) + 1
+                await c.execute(
+                    update(m.QuotaVersion)
+                    .where(m.QuotaVersion.cluster_queue == spec.name, m.QuotaVersion.valid_to_ms.is_(None))
+                    .values(valid_to_ms=at_ms)
+                )
+                await c.execute(
+                    update(m.ClusterQueue)
+                    .where(m.ClusterQueue.name == spec.name)
+                    .values(
+                        cohort=spec.cohort,
+                        quota_version=version,
+                        fair_sharing_weight=spec.fair_sharing_weight,
+                        updated_at_ms=at_ms,
+                        deleted_at_ms=None,
+                    )
+                )
+            else:
+                version = 1
+                await c.execute(
+                    insert(m.ClusterQueue).values(
+                        name=spec.name,
+                        cohort=spec.cohort,
+                        quota_version=version,
+                        fair_sharing_weight=spec.fair_sharing_weight,
+                        created_at_ms=at_ms,
+                        updated_at_ms=at_ms,
+                    )
+                )
+            vid = (
+                await c.execute(
+                    insert(m.QuotaVersion)
+                    .values(
+                        cluster_queue=spec.name,
+                        version=version,
+                        cohort=spec.cohort,
+                        fair_sharing_weight=spec.fair_sharing_weight,
+                        valid_from_ms=at_ms,
+                    )
+                    .returning(m.QuotaVersion.id)
+                )
+            ).scalar_one()
+            if spec.quotas:
+                await c.execute(
+                    insert(m.Quota),
+                    [
+                        {
+                            "quota_version_id": vid,
+                            "flavor": q.flavor,
+                            "resource": q.resource,
+                            "nominal": q.nominal,
+                            "borrowing_limit": q.borrowing_limit,
+                            "lending_limit": q.lending_limit,
+                        }
+                        for q in spec.quotas
+                    ],
+                )
+            return version
+
+    async def delete_cluster_queue(self, name: str, *, at: Time) -> None:
+        at_ms = _ms(at)
+        async with self.engine.begin() as c:
+            await c.execute(
+                update(m.ClusterQueue).where(m.ClusterQueue.name == name).values(deleted_at_ms=at_ms)
+            )
+            await c.execute(
+                update(m.QuotaVersion)
+                .where(m.QuotaVersion.cluster_queue == name, m.QuotaVersion.valid_to_ms.is_(None))
+                .values(valid_to_ms=at_ms)
+            )
+
+    async def _quota_spec(self, c: AsyncConnection, name: str, version: int) -> ClusterQueueSpec:
+        qv = (
+            await c.execute(
+                select(m.QuotaVersion).where(
+                    m.QuotaVersion.cluster_queue == name, m.QuotaVersion.version == version
+                )
+            )
+        ).one()
+        rows = (
+            await c.execute(
+                select(m.Quota).where(m.Quota.quota_version_id == qv.id).order_by(m.Quota.flavor, m.Quota.resource)
+            )
+        ).all()
+        return ClusterQueueSpec(
+            name=name,
+            cohort=qv.cohort,
+            fair_sharing_weight=qv.fair_sharing_weight,
+            quotas=tuple(
+                QuotaSpec(r.flavor, r.resource, r.nominal, r.borrowing_limit, r.lending_limit) for r in rows
+            ),
+        )
+
+    async def upsert_local_queue(self, spec: LocalQueueSpec, *, at: Time) -> None:
+        at_ms = _ms(at)
+        async with self.engine.begin() as c:
+            row = (
+                await c.execute(
+                    select(m.LocalQueue.cluster_queue).where(
+                        m.LocalQueue.namespace == spec.namespace, m.LocalQueue.name == spec.name
+                    )
+                )
+            ).first()
+            if row is None:
+                await c.execute(
+                    insert(m.LocalQueue).values(
+                        namespace=spec.namespace,
+                        name=spec.name,
+                        cluster_queue=spec.cluster_queue,
+                        created_at_ms=at_ms,
+                        updated_at_ms=at_ms,
+                    )
+                )
+            elif row.cluster_queue != spec.cluster_queue:
+                await c.execute(
+                    update(m.LocalQueue)
+                    .where(m.LocalQueue.namespace == spec.namespace, m.LocalQueue.name == spec.name)
+                    .values(cluster_queue=spec.cluster_queue, updated_at_ms=at_ms)
+                )
+
+    # ------------------------------------------------------------------ workloads
+    async def add_workload(self, spec: WorkloadSpec, *, at: Time) -> bool:
+        """Record a workload (pending). Returns False when the UID is already known (no change)."""
+        at_ms = _ms(at)
+        async with self.engine.begin() as c:
+            exists = (await c.execute(select(m.Workload.uid).where(m.Workload.uid == spec.uid))).first()
+            if exists is not None:
+                return False
+            await c.execute(
+                insert(m.Workload).values(
+                    uid=spec.uid,
+                    namespace=spec.namespace,
+                    name=spec.name,
+                    local_queue=spec.local_queue,
+                    priority=spec.priority,
+                    requests_json=json.dumps(spec.requests, sort_keys=True, default=str),
+                    state=m.PENDING,
+                    created_at_ms=at_ms,
+                    queued_at_ms=at_ms,
+                    updated_at_ms=at_ms,
+                )
+            )
+            return True
+
+    async def forget_workload(self, uid: str, *, at: Time) -> None:
+        """Mark a pending workload deleted (releases first if it is admitted)."""
+        if await self._active_admission_id(uid) is not None:
+            await self.release(uid, at=at, reason="WorkloadDeleted", final_state=m.DELETED)
+            return
+        async with self.engine.begin() as c:
+            await c.execute(
+                update(m.Workload)
+                .where(m.Workload.uid == uid)
+                .values(state=m.DELETED, finished_at_ms=_ms(at), updated_at_ms=_ms(at))
+            )
+
+    # ------------------------------------------------------------------ admit
+    async def admit(self, req: AdmissionRequest, *, at: Time) -> int:
+        """Reserve quota and record the plan in one transaction; returns the admission id.
+
+        Raises UnknownObject, AlreadyAdmitted or QuotaExceeded (nothing is written then).
+        """
+        at_ms = _ms(at)
+        try:
+            async with self.engine.begin() as c:
+                return await self._admit(c, req, at_ms)
+        except IntegrityError as e:
+            # the unique index on the active admission (a concurrent admission of the same UID)
+            raise AlreadyAdmitted(f"workload {req.workload_uid} is already admitted") from e
+
+    async def admit_many(self, reqs: Sequence[AdmissionRequest], *, at: Time) -> list[int]:
+        """Admit several workloads in ONE transaction: all or none (batching for throughput)."""
+        at_ms = _ms(at)
+        try:
+            async with self.engine.begin() as c:
+                return [await self._admit(c, r, at_ms) for r in reqs]
+        except IntegrityError as e:
+            raise AlreadyAdmitted(f"a workload in the batch is already admitted: {e.orig}") from e
+
+    async def _lock_queue(self, c: AsyncConnection, cq_name: str) -> Any:
+        cq = (
+            await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.name == cq_name))
+        ).first()
+        if cq is None or cq.deleted_at_ms is not None:
+            raise UnknownObject(f"ClusterQueue {cq_name} is not in the ledger")
+        if cq.cohort:  # lock order: cohort, then ClusterQueue, then workload
+            await c.execute(select(m.Cohort.name).where(m.Cohort.name == cq.cohort).with_for_update())
+        cq = (
+            await c.execute(
+                select(m.ClusterQueue).where(m.ClusterQueue.name == cq_name).with_for_update()
+            )
+        ).one()
+        return cq
+
+    async def _admit(self, c: AsyncConnection, req: AdmissionRequest, at_ms: int) -> int:
+        cq = await self._lock_queue(c, req.cluster_queue)
+        wl = (
+            await c.execute(select(m.Workload).where(m.Workload.uid == req.workload_uid).with_for_update())
+        ).first()
+        if wl is None:
+            raise UnknownObject(f"workload {req.workload_uid} is not in the ledger")
+        if wl.state == m.ADMITTED:
+            raise AlreadyAdmitted(f"workload {wl.namespace}/{wl.name} ({wl.uid}) is already admitted")
+        if wl.state in (m.FINISHED, m.DELETED):
+            raise LedgerError(f"workload {wl.namespace}/{wl.name} ({wl.uid}) is {wl.state}")
+        charges = _merge_charges(req.charges)
+        await self._check_quota(c, cq, charges)
+
+        attempt = (
+            await c.execute(
+                select(func.count()).select_from(m.Admission).where(m.Admission.workload_uid == wl.uid)
+            )
+        ).scalar_one() + 1
+        aid = (
+            await c.execute(
+                insert(m.Admission)
+                .values(
+                    workload_uid=wl.uid,
+                    attempt=attempt,
+                    cluster_queue=cq.name,
+                    quota_version=cq.quota_version,
+                    namespace=wl.namespace,
+                    local_queue=wl.local_queue,
+                    flavors_json=json.dumps(dict(req.flavors), sort_keys=True),
+                    queued_at_ms=wl.queued_at_ms,
+                    admitted_at_ms=at_ms,
+                )
+                .returning(m.Admission.id)
+            )
+        ).scalar_one()
+        if charges:
+            await c.execute(
+                insert(m.AdmissionCharge),
+                [
+                    {"admission_id": aid, "flavor": ch.flavor, "resource": ch.resource, "amount": ch.amount}
+                    for ch in charges
+                ],
+            )
+        if req.pods:
+            await c.execute(
+                insert(m.AdmissionPod),
+                [
+                    {
+                        "admission_id": aid,
+                        "pod_index": p.pod_index,
+                        "pod_set": p.pod_set,
+                        "pod_name": p.pod_name,
+                        "node": p.node,
+                        "devices_json": _devices_json(p.devices),
+                    }
+                    for p in req.pods
+                ],
+            )
+        await self._journal(
+            c, m.RESERVE, at_ms, wl.uid, aid, wl.namespace, wl.local_queue, cq.name, charges, req.pods
+        )
+        await self._add_usage(c, cq.name, charges, sign=1)
+        await c.execute(
+            update(m.Workload)
+            .where(m.Workload.uid == wl.uid)
+            .values(state=m.ADMITTED, cluster_queue=cq.name, admitted_at_ms=at_ms, updated_at_ms=at_ms)
+        )
+        return int(aid)
+
+    async def _check_quota(self, c: AsyncConnection, cq: Any, charges: Sequence[Charge]) -> None:
+        members = [cq.name]
+        if cq.cohort:
+            members = list(
+                (
+                    await c.execute(
+                        select(m.ClusterQueue.name).where(
+                            m.ClusterQueue.cohort == cq.cohort, m.ClusterQueue.deleted_at_ms.is_(None)
+                        )
+                    )
+                ).scalars()
+            )
+        quota_rows = (
+            await c.execute(
+                select(m.QuotaVersion.cluster_queue, m.Quota)
+                .join(m.Quota, m.Quota.quota_version_id == m.QuotaVersion.id)
+                .where(m.QuotaVersion.cluster_queue.in_(members), m.QuotaVersion.valid_to_ms.is_(None))
+            )
+        ).all()
+        quotas: dict[UsageKey, Any] = {(r.cluster_queue, r.flavor, r.resource): r for r in quota_rows}
+        usage_rows = (
+            await c.execute(select(m.QueueUsage).where(m.QueueUsage.cluster_queue.in_(members)))
+        ).all()
+        usage: dict[UsageKey, Quantity] = {
+            (r.cluster_queue, r.flavor, r.resource): r.amount for r in usage_rows
+        }
+        for ch in charges:
+            key = (cq.name, ch.flavor, ch.resource)
+            q = quotas.get(key)
+            if q is None:
+                if ch.amount.is_zero():
+                    continue
+                raise QuotaExceeded(
+                    f"ClusterQueue {cq.name} has no quota for flavor {ch.flavor} resource {ch.resource}"
+                )
+            new = usage.get(key, ZERO) + ch.amount
+            usage[key] = new
+            if cq.cohort is None:
+                cap: Quantity | None = q.nominal
+            elif q.borrowing_limit is not None:
+                cap = q.nominal + q.borrowing_limit
+            else:
+                cap = None
+            if cap is not None and new > cap:
+                raise QuotaExceeded(
+                    f"ClusterQueue {cq.name}: {ch.resource} in flavor {ch.flavor} would use {new}, "
+                    f"more than its quota {cap}"
+                )
+            if cq.cohort is None:
+                continue
+            # cohort: what members use beyond their guaranteed quota comes from the lendable pool
+            beyond = ZERO
+            pool = ZERO
+            for member in members:
+                mq = quotas.get((member, ch.flavor, ch.resource))
+                used = usage.get((member, ch.flavor, ch.resource), ZERO)
+                if mq is None:
+                    beyond = beyond + used
+                    continue
+                guaranteed = mq.nominal - mq.lending_limit if mq.lending_limit is not None else ZERO
+                if guaranteed < ZERO:
+                    guaranteed = ZERO
+                pool = pool + (mq.nominal - guaranteed)
+                if used > guaranteed:
+                    beyond = beyond + (used - guaranteed)
+            if beyond > pool:
+                raise QuotaExceeded(
+                    f"cohort {cq.cohort}: {ch.resource} in flavor {ch.flavor} would need {beyond} "
+                    f"from the shared pool, which has {pool}"
+                )
+
+    async def _add_usage(self, c: AsyncConnection, cq: str, charges: Sequence[Charge], sign: int) -> None:
+        for ch in charges:
+            cond = and_(
+                m.QueueUsage.cluster_queue == cq,
+                m.QueueUsage.flavor == ch.flavor,
+                m.QueueUsage.resource == ch.resource,
+            )
+            cur = (await c.execute(select(m.QueueUsage.amount).where(cond))).scalar_one_or_none()
+            if cur is None:
+                await c.execute(
+                    insert(m.QueueUsage).values(
+                        cluster_queue=cq, flavor=ch.flavor, resource=ch.resource, amount=ch.amount * sign
+                    )
+                )
+            else:
+                await c.execute(update(m.QueueUsage).where(cond).values(amount=cur + ch.amount * sign))
+
+    async def _journal(
+        self,
+        c: AsyncConnection,
+        kind: str,
+        at_ms: int,
+        uid: str,
+        aid: int,
+        namespace: str,
+        local_queue: str,
+        cq: str,
+        charges: Sequence[Charge],
+        pods: Sequence[PodPlan],
+    ) -> None:
+        base = {
+            "at_ms": at_ms,
+            "kind": kind,
+            "workload_uid": uid,
+            "admission_id": aid,
+            "namespace": namespace,
+            "local_queue": local_queue,
+            "cluster_queue": cq,
+        }
+        rows: list[dict[str, Any]] = [
+            {**base, "metric": m.METRIC_QUOTA, "flavor": ch.flavor, "resource": ch.resource, "amount": ch.amount}
+            for ch in charges
+        ]
+        for dclass, (n, mem) in sorted(device_usage(pods).items()):
+            rows.append(
+                {**base, "metric": m.METRIC_DEVICES, "flavor": "", "resource": dclass,
+                 "amount": Quantity.from_value(n)}
+            )
+            if mem:
+                rows.append(
+                    {**base, "metric": m.METRIC_DEVICE_MEMORY, "flavor": "", "resource": dclass, "amount": mem}
+                )
+        if rows:
+            await c.execute(insert(m.JournalEntry), rows)
+
+    # ------------------------------------------------------------------ release / evict
+    async def finish(self, uid: str, *, at: Time, reason: str = "Finished") -> ReleaseResult:
+        """The workload finished: release its quota."""
+        return await self.release(uid, at=at, reason=reason, final_state=m.FINISHED)
+
+    async def release(
+        self, uid: str, *, at: Time, reason: str, final_state: str = m.PENDING
+    ) -> ReleaseResult:
+        """Release the active admission of ``uid`` (one transaction). ``final_state`` is the workload's
+        state afterwards: pending (requeued), finished or deleted."""
+        at_ms = _ms(at)
+        async with self.engine.begin() as c:
+            return await self._release(c, uid, at_ms, reason, final_state)
+
+    async def evict(
+        self,
+        uid: str,
+        *,
+        at: Time,
+        reason: str,
+        preemptor_uid: str | None = None,
+        freed_devices: Sequence[str] | None = None,
+        message: str = "",
+        requeue: bool = True,
+    ) -> ReleaseResult:
+        """Evict: release the admission and record who/why, planned vs freed devices (one transaction).
+
+        ``freed_devices`` defaults to the planned devices (all of them were freed)."""
+        at_ms = _ms(at)
+        async with self.engine.begin() as c:
+            res = await self._release(c, uid, at_ms, reason, m.PENDING if requeue else m.FINISHED)
+            preemptor_cq_name = None
+            if preemptor_uid is not None:
+                preemptor_cq_name = await self._queue_of(c, preemptor_uid)
+            adm = (await c.execute(select(m.Admission).where(m.Admission.id == res.admission_id))).one()
+            freed = list(res.devices if freed_devices is None else freed_devices)
+            await c.execute(
+                insert(m.Eviction).values(
+                    admission_id=res.admission_id,
+                    workload_uid=uid,
+                    victim_cluster_queue=adm.cluster_queue,
+                    victim_namespace=adm.namespace,
+                    victim_local_queue=adm.local_queue,
+                    preemptor_uid=preemptor_uid,
+                    preemptor_cluster_queue=preemptor_cq_name,
+                    reason=reason,
+                    message=message,
+                    evicted_at_ms=at_ms,
+                    planned_devices_json=json.dumps(list(res.devices)),
+                    freed_devices_json=json.dumps(freed),
+                    planned_device_count=len(res.devices),
+                    freed_device_count=len(freed),
+                )
+            )
+            return res
+
+    async def _queue_of(self, c: AsyncConnection, uid: str) -> str | None:
+        """The ClusterQueue a workload is admitted to, else the one its LocalQueue points to."""
+        wl = (
+            await c.execute(
+                select(m.Workload.namespace, m.Workload.local_queue, m.Workload.cluster_queue).where(
+                    m.Workload.uid == uid
+                )
+            )
+        ).first()
+        if wl is None:
+            return None
+        if wl.cluster_queue is not None:
+            return str(wl.cluster_queue)
+        return (
+            await c.execute(
+                select(m.LocalQueue.cluster_queue).where(
+                    m.LocalQueue.namespace == wl.namespace, m.LocalQueue.name == wl.local_queue
+                )
+            )
+        ).scalar_one_or_none()
+
+    async def _active_admission_id(self, uid: str) -> int | None:
+        async with self.engine.connect() as c:
+            return (
+                await c.execute(
+                    select(m.Admission.id).where(
+                        m.Admission.workload_uid == uid, m.Admission.released_at_ms.is_(None)
+                    )
+                )
+            ).scalar_one_or_none()
+
+    async def _release(
+        self, c: AsyncConnection, uid: str, at_ms: int, reason: str, final_state: str
+    ) -> ReleaseResult:
+        adm = (
+            await c.execute(
+                select(m.Admission).where(m.Admission.workload_uid == uid, m.Admission.released_at_ms.is_(None))
+            )
+        ).first()
+        if adm is None:
+            raise NotAdmitted(f"workload {uid} has no active admission")
+        await self._lock_queue(c, adm.cluster_queue)
+        adm = (
+            await c.execute(select(m.Admission).where(m.Admission.id == adm.id).with_for_update())
+        ).one()
+        if adm.released_at_ms is not None:
+            raise NotAdmitted(f"workload {uid} has no active admission")
+        charges = tuple(
+            Charge(r.flavor, r.resource, r.amount)
+            for r in (
+                await c.execute(
+                    select(m.AdmissionCharge)
+                    .where(m.AdmissionCharge.admission_id == adm.id)
+                    .order_by(m.AdmissionCharge.flavor, m.AdmissionCharge.resource)
+                )
+            ).all()
+        )
+        pods = await self._pods(c, [adm.id])
+        plan = pods.get(adm.id, ())
+        await c.execute(
+            update(m.Admission)
+            .where(m.Admission.id == adm.id)
+            .values(released_at_ms=at_ms, release_reason=reason)
+        )
+        await self._journal(
+            c, m.RELEASE, at_ms, uid, adm.id, adm.namespace, adm.local_queue, adm.cluster_queue, charges, plan
+        )
+        await self._add_usage(c, adm.cluster_queue, charges, sign=-1)
+        values: dict[str, Any] = {"state": final_state, "updated_at_ms": at_ms}
+        if final_state == m.PENDING:
+            values["queued_at_ms"] = at_ms
+            values["cluster_queue"] = None
+        else:
+            values["finished_at_ms"] = at_ms
+        await c.execute(update(m.Workload).where(m.Workload.uid == uid).values(**values))
+        return ReleaseResult(
+            admission_id=int(adm.id),
+            workload_uid=uid,
+            cluster_queue=adm.cluster_queue,
+            released=charges,
+            devices=tuple(d.device for p in plan for d in p.devices),
+        )
+
+    async def _pods(self, c: AsyncConnection, ids: Sequence[int]) -> dict[int, tuple[PodPlan, ...]]:
+        out: dict[int, list[PodPlan]] = defaultdict(list)
+        if not ids:
+            return {}
+        for r in (
+            await c.execute(
+                select(m.AdmissionPod)
+                .where(m.AdmissionPod.admission_id.in_(list(ids)))
+                .order_by(m.AdmissionPod.admission_id, m.AdmissionPod.pod_index)
+            )
+        ).all():
+            out[r.admission_id].append(
+                PodPlan(
+                    pod_index=r.pod_index,
+                    node=r.node,
+                    devices=_devices_from_json(r.devices_json),
+                    pod_set=r.pod_set,
+                    pod_name=r.pod_name,
+                )
+            )
+        return {k: tuple(v) for k, v in out.items()}
+
+    # ------------------------------------------------------------------ runs and leader terms
+    async def start_run(
+        self,
+        *,
+        identity: str,
+        at: Time,
+        mode: str = "controller",
+        version: str = "",
+        details: Mapping[str, Any] | None = None,
+    ) -> str:
+        run_id = str(uuid.uuid4())
+        at_ms = _ms(at)
+        async with self.engine.begin() as c:
+            await c.execute(
+                insert(m.ControllerRun).values(
+                    id=run_id,
+                    identity=identity,
+                    mode=mode,
+                    version=version,
+                    details_json=json.dumps(dict(details or {}), sort_keys=True, default=str),
+                    started_at_ms=at_ms,
+                    heartbeat_at_ms=at_ms,
+                )
+            )
+        return run_id
+
+    async def heartbeat(self, run_id: str, *, at: Time) -> None:
+        async with self.engine.begin() as c:
+            await c.execute(
+                update(m.ControllerRun).where(m.ControllerRun.id == run_id).values(heartbeat_at_ms=_ms(at))
+            )
+
+    async def stop_run(self, run_id: str, *, at: Time) -> None:
+        at_ms = _ms(at)
+        async with self.engine.begin() as c:
+            await c.execute(
+                update(m.ControllerRun)
+                .where(m.ControllerRun.id == run_id)
+                .values(stopped_at_ms=at_ms, heartbeat_at_ms=at_ms)
+            )
+            await c.execute(
+                update(m.LeaderTerm)
+                .where(m.LeaderTerm.run_id == run_id, m.LeaderTerm.ended_at_ms.is_(None))
+                .values(ended_at_ms=at_ms)
+            )
+
+    async def begin_leader_term(self, run_id: str, *, lease: str, at: Time) -> int:
+        """Record that ``run_id`` became leader of ``lease``; returns the new term number (1, 2, ...).
+        Ends any open term of the lease. Two runs cannot get the same term (unique constraint)."""
+        at_ms = _ms(at)
+        async with self.engine.begin() as c:
+            last = (
+                await c.execute(select(func.max(m.LeaderTerm.term)).where(m.LeaderTerm.lease == lease))
+            ).scalar_one()
+            term = int(last or 0) + 1
+            await c.execute(
+                update(m.LeaderTerm)
+                .where(m.LeaderTerm.lease == lease, m.LeaderTerm.ended_at_ms.is_(None))
+                .values(ended_at_ms=at_ms)
+            )
+            await c.execute(
+                insert(m.LeaderTerm).values(run_id=run_id, lease=lease, term=term, acquired_at_ms=at_ms)
+            )
+            return term
+
+    async def end_leader_term(self, run_id: str, *, lease: str, at: Time) -> None:
+        async with self.engine.begin() as c:
+            await c.execute(
+                update(m.LeaderTerm)
+                .where(
+                    m.LeaderTerm.run_id == run_id, m.LeaderTerm.lease == lease, m.LeaderTerm.ended_at_ms.is_(None)
+                )
+                .values(ended_at_ms=_ms(at))
+            )
+
+    # ------------------------------------------------------------------ reading
+    async def load_state(self) -> LedgerState:
+        """Everything the controller needs to rebuild its in-memory state after a restart."""
+        async with self.engine.connect() as c:
+            cqs: dict[str, ClusterQueueSpec] = {}
+            for r in (
+                await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.deleted_at_ms.is_(None)))
+            ).all():
+                cqs[r.name] = await self._quota_spec(c, r.name, r.quota_version)
+            lqs = {
+                (r.namespace, r.name): LocalQueueSpec(r.namespace, r.name, r.cluster_queue)
+                for r in (await c.execute(select(m.LocalQueue))).all()
+            }
+            rows = (
+                await c.execute(
+                    select(m.Admission, m.Workload.name)
+                    .join(m.Workload, m.Workload.uid == m.Admission.workload_uid)
+                    .where(m.Admission.released_at_ms.is_(None))
+                )
+            ).all()
+            ids = [r.id for r in rows]
+            pods = await self._pods(c, ids)
+            charges: dict[int, list[Charge]] = defaultdict(list)
+            if ids:
+                for ch in (
+                    await c.execute(
+                        select(m.AdmissionCharge)
+                        .where(m.AdmissionCharge.admission_id.in_(ids))
+                        .order_by(m.AdmissionCharge.flavor, m.AdmissionCharge.resource)
+                    )
+                ).all():
+                    charges[ch.admission_id].append(Charge(ch.flavor, ch.resource, ch.amount))
+            admissions = {
+                r.workload_uid: ActiveAdmission(
+                    admission_id=int(r.id),
+                    workload_uid=r.workload_uid,
+                    namespace=r.namespace,
+                    name=r.name,
+                    local_queue=r.local_queue,
+                    cluster_queue=r.cluster_queue,
+                    admitted_at_ms=r.admitted_at_ms,
+                    charges=tuple(charges.get(r.id, ())),
+                    pods=pods.get(r.id, ()),
+                )
+                for r in rows
+            }
+            pending = {
+                r.uid: PendingWorkload(r.uid, r.namespace, r.name, r.local_queue, r.priority, r.queued_at_ms)
+                for r in (await c.execute(select(m.Workload).where(m.Workload.state == m.PENDING))).all()
+            }
+            usage = {
+                (r.cluster_queue, r.flavor, r.resource): r.amount
+                for r in (await c.execute(select(m.QueueUsage))).all()
+                if not r.amount.is_zero()
+            }
+        return LedgerState(cqs, lqs, admissions, pending, usage)
+
+    async def usage_at(self, at: Time, *, metric: str = m.METRIC_QUOTA) -> dict[UsageKey, Quantity]:
+        """Usage per (ClusterQueue, flavor, resource) at a time, from the journal (and, for compacted days,
+        the daily rollups: exact at day ends)."""
+        at_ms = _ms(at)
+        out: dict[UsageKey, Quantity] = defaultdict(lambda: ZERO)
+        async with self.engine.connect() as c:
+            for r in (
+                await c.execute(
+                    select(m.JournalEntry.cluster_queue, m.JournalEntry.flavor, m.JournalEntry.resource,
+                           m.JournalEntry.kind, m.JournalEntry.amount)
+                    .where(m.JournalEntry.at_ms <= at_ms, m.JournalEntry.metric == metric)
+                )
+            ).all():
+                k = (r.cluster_queue, r.flavor, r.resource)
+                out[k] = out[k] + (r.amount if r.kind == m.RESERVE else -r.amount)
+            day = at_ms // MS_PER_DAY
+            for r in (
+                await c.execute(
+                    select(m.DailyUsage.cluster_queue, m.DailyUsage.flavor, m.DailyUsage.resource,
+                           m.DailyUsage.net_amount)
+                    .where(m.DailyUsage.day < day, m.DailyUsage.metric == metric)
+                )
+            ).all():
+                k = (r.cluster_queue, r.flavor, r.resource)
+                out[k] = out[k] + r.net_amount
+        return {k: v for k, v in sorted(out.items()) if not v.is_zero()}
+
+    async def append_journal(self, events: Sequence[JournalEvent]) -> int:
+        """Append raw journal rows in one batched INSERT (no quota check: imports and benchmarks)."""
+        if not events:
+            return 0
+        async with self.engine.begin() as c:
+            await c.execute(
+                insert(m.JournalEntry),
+                [
+                    {
+                        "at_ms": e.at_ms,
+                        "kind": e.kind,
+                        "metric": e.metric,
+                        "workload_uid": e.workload_uid,
+                        "admission_id": e.admission_id,
+                        "namespace": e.namespace,
+                        "local_queue": e.local_queue,
+                        "cluster_queue": e.cluster_queue,
+                        "flavor": e.flavor,
+                        "resource": e.resource,
+                        "amount": e.amount,
+                    }
+                    for e in events
+                ],
+            )
+        return len(events)
+
+    async def journal_count(self) -> int:
+        async with self.engine.connect() as c:
+            return int((await c.execute(select(func.count()).select_from(m.JournalEntry))).scalar_one())
+
+    async def delete_everything(self) -> None:
+        """Empty every table (tests and benchmarks only)."""
+        async with self.engine.begin() as c:
+            for t in reversed(m.Base.metadata.sorted_tables):
+                await c.execute(delete(t))
+
+
+def _normalized(spec: ClusterQueueSpec) -> ClusterQueueSpec:
+    return ClusterQueueSpec(
+        name=spec.name,
+        cohort=spec.cohort,
+        fair_sharing_weight=spec.fair_sharing_weight,
+        quotas=tuple(sorted(spec.quotas, key=lambda q: (q.flavor, q.resource))),
+    )
+
+
+def _merge_charges(charges: Iterable[Charge]) -> tuple[Charge, ...]:
+    total: dict[tuple[str, str], Quantity] = {}
+    for ch in charges:
+        if ch.amount < ZERO:
+            raise LedgerError(f"charge for {ch.flavor}/{ch.resource} is negative: {ch.amount}")
+        k = (ch.flavor, ch.resource)
+        total[k] = total[k] + ch.amount if k in total else ch.amount
+    return tuple(Charge(f, r, a) for (f, r), a in sorted(total.items()))

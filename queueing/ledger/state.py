@@ -1,0 +1,133 @@
+"""Plain, immutable value types the ledger's repository takes and returns (no I/O here).
+
+Times are epoch milliseconds (``int``); the repository also accepts ``datetime`` where it says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queueing.api.quantity import Quantity
+
+UsageKey = tuple[str, str, str]  # (cluster queue, flavor, resource)
+
+
+@dataclass(frozen=True)
+class QuotaSpec:
+    flavor: str
+    resource: str
+    nominal: Quantity
+    borrowing_limit: Quantity | None = None
+    lending_limit: Quantity | None = None
+
+
+@dataclass(frozen=True)
+class ClusterQueueSpec:
+    name: str
+    quotas: tuple[QuotaSpec, ...]
+    cohort: str | None = None
+    fair_sharing_weight: Quantity = field(default_factory=lambda: Quantity.parse("1"))
+
+
+@dataclass(frozen=True)
+class LocalQueueSpec:
+    namespace: str
+    name: str
+    cluster_queue: str
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    uid: str
+    namespace: str
+    name: str
+    local_queue: str
+    priority: int = 0
+    requests: Mapping[str, Any] = field(default_factory=dict)  # JSON-compatible (pod sets, counts, ...)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """Quota charged to the ClusterQueue for one (flavor, resource)."""
+
+    flavor: str
+    resource: str
+    amount: Quantity
+
+
+@dataclass(frozen=True)
+class PlannedDevice:
+    device: str  # "driver/pool/device"
+    device_class: str = ""
+    memory: Quantity | None = None  # the device's memory (bytes), for GPU-memory-hours
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    pod_index: int
+    node: str
+    devices: tuple[PlannedDevice, ...] = ()
+    pod_set: str = "main"
+    pod_name: str | None = None
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    workload_uid: str
+    cluster_queue: str
+    charges: tuple[Charge, ...]
+    pods: tuple[PodPlan, ...] = ()
+    flavors: Mapping[str, str] = field(default_factory=dict)  # resource -> flavor (as in Workload status)
+
+
+@dataclass(frozen=True)
+class ActiveAdmission:
+    admission_id: int
+    workload_uid: str
+    namespace: str
+    name: str
+    local_queue: str
+    cluster_queue: str
+    admitted_at_ms: int
+    charges: tuple[Charge, ...]
+    pods: tuple[PodPlan, ...]
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(p.node for p in self.pods)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(d.device for p in self.pods for d in p.devices)
+
+
+@dataclass(frozen=True)
+class PendingWorkload:
+    uid: str
+    namespace: str
+    name: str
+    local_queue: str
+    priority: int
+    queued_at_ms: int
+
+
+@dataclass(frozen=True)
+class LedgerState:
+    """What the ledger knows at controller start: enough to rebuild the in-memory state."""
+
+    cluster_queues: Mapping[str, ClusterQueueSpec]
+    local_queues: Mapping[tuple[str, str], LocalQueueSpec]
+    admissions: Mapping[str, ActiveAdmission]  # by workload UID
+    pending: Mapping[str, PendingWorkload]  # by workload UID
+    usage: Mapping[UsageKey, Quantity]
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    admission_id: int
+    workload_uid: str
+    cluster_queue: str
+    released: tuple[Charge, ...]
+    devices: tuple[str, ...]
