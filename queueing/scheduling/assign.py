@@ -1,0 +1,270 @@
+"""Flavor assignment + quota + gang placement for one workload in one ClusterQueue.
+
+``Assigner.try_assign`` answers: with this quota usage and this placement state, can the workload
+(with these pod counts) be admitted, and if so with which flavors, charging what, placed where?
+
+* Every resource a pod set requests (``requests`` and ``device_requests`` keys) must be covered by
+  one of the ClusterQueue's resource groups (Kueue: "resource X unavailable in ClusterQueue"),
+  except device capacity charges (``<class>/<capacity>``), which are charged only when covered.
+  ``pods`` is charged one per pod when the ClusterQueue covers it.
+* Flavor combinations (one flavor per relevant resource group, groups in order, flavors in the
+  group's order) are tried in order. A flavor is skipped when the pod set does not tolerate its
+  taints or its node selector contradicts the flavor's labels.
+* For each combination: a quota pre-check with the expected charges, then the placer, then the
+  exact quota check with the charges of the planned devices. Flavor fungibility decides whether
+  a fit by borrowing (``whenCanBorrow``) or a fit only by preemption (``whenCanPreempt``) stops the
+  search or the next flavor is tried first.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from queueing.scheduling.placer import Placement, PlacementFailure, Placer
+from queueing.scheduling.quota import QuotaTree
+from queueing.scheduling.snapshot import (
+    ClusterQueueSpec,
+    FlavorResource,
+    FlavorSpec,
+    PodSetInfo,
+    ResourceGroup,
+    WorkloadInfo,
+)
+
+__all__ = ["Assigner", "Assignment", "Combo", "Outcome"]
+
+_ZERO = Fraction(0)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    counts: Mapping[str, int]  # pod set -> admitted pods
+    flavors: Mapping[str, Mapping[str, str]]  # pod set -> resource -> flavor
+    usage: Mapping[FlavorResource, Fraction]  # charged quota
+    placement: Placement
+    borrows: bool
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One choice of flavor per relevant resource group."""
+
+    group_flavors: tuple[tuple[int, str], ...]  # (group index, flavor name)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    assignment: Assignment | None  # fits now (within the fungibility rules)
+    # combinations that could fit by evicting something (quota mode Preempt or devices short)
+    preemptible: tuple[Combo, ...]
+    message: str  # why it does not fit now (empty when it does)
+    hard: bool = False  # can never fit in this ClusterQueue as configured
+
+
+def _is_capacity(resource: str) -> bool:
+    # device charges are DeviceClass names (DNS subdomains, no "/") or "<class>/<capacity>"
+    return "/" in resource
+
+
+class Assigner:
+    def __init__(self, flavors: Mapping[str, FlavorSpec], placer: Placer[Any]):
+        self.flavors = flavors
+        self.placer = placer
+
+    # ---- helpers -------------------------------------------------------------------------------
+    @staticmethod
+    def _group_of(cq: ClusterQueueSpec, resource: str) -> int | None:
+        for i, g in enumerate(cq.resource_groups):
+            if resource in g.covered_resources:
+                return i
+        return None
+
+    def _flavor_ok(self, ps: PodSetInfo, name: str) -> str:
+        f = self.flavors.get(name)
+        if f is None:
+            return f"flavor {name} not found"
+        for t in f.node_taints:
+            if t.effect == "PreferNoSchedule":
+                continue
+            if not any(tol.tolerates(t) for tol in (*ps.tolerations, *f.tolerations)):
+                return f"untolerated taint {t.key}={t.value}:{t.effect} in flavor {name}"
+        for k, v in ps.node_selector.items():
+            if k in f.node_labels and f.node_labels[k] != v:
+                return f"flavor {name} doesn't match node affinity ({k}={v})"
+        return ""
+
+    def relevant_groups(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[dict[str, set[int]], str]:
+        """Pod set -> indices of the resource groups it needs; or an error message."""
+        out: dict[str, set[int]] = {}
+        for ps in wl.pod_sets:
+            need: set[int] = set()
+            names = [r for r, v in ps.requests.items() if v > 0] + [
+                r for r, v in ps.device_requests.items() if v > 0
+            ]
+            for r in names:
+                gi = self._group_of(cq, r)
+                if gi is None:
+                    if r in ps.device_requests and _is_capacity(r):
+                        continue
+                    return {}, f"resource {r} unavailable in ClusterQueue {cq.name}"
+                need.add(gi)
+            gp = self._group_of(cq, "pods")
+            if gp is not None:
+                need.add(gp)
+            out[ps.name] = need
+        return out, ""
+
+    def combos(
+        self, cq: ClusterQueueSpec, wl: WorkloadInfo, groups: Mapping[str, set[int]]
+    ) -> tuple[list[Combo], str]:
+        used = sorted(set().union(*groups.values())) if groups else []
+        per_group: list[list[tuple[int, str]]] = []
+        why = ""
+        for gi in used:
+            g: ResourceGroup = cq.resource_groups[gi]
+            ok = []
+            for fq in g.flavors:
+                msgs = [
+                    self._flavor_ok(ps, fq.name) for ps in wl.pod_sets if gi in groups.get(ps.name, set())
+                ]
+                bad = next((m for m in msgs if m), "")
+                if bad:
+                    why = why or bad
+                    continue
+                ok.append((gi, fq.name))
+            if not ok:
+                return [], why or f"no flavor in resource group {gi} of ClusterQueue {cq.name}"
+            per_group.append(ok)
+        return [Combo(tuple(c)) for c in itertools.product(*per_group)], ""
+
+    def _flavor_map(
+        self, cq: ClusterQueueSpec, wl: WorkloadInfo, combo: Combo, groups: Mapping[str, set[int]]
+    ) -> tuple[dict[str, dict[str, str]], dict[str, list[FlavorSpec]]]:
+        chosen = dict(combo.group_flavors)
+        res_flavor: dict[str, dict[str, str]] = {}
+        specs: dict[str, list[FlavorSpec]] = {}
+        for ps in wl.pod_sets:
+            gis = sorted(groups.get(ps.name, set()))
+            res_flavor[ps.name] = {
+                r: chosen[gi] for gi in gis for r in cq.resource_groups[gi].covered_resources
+            }
+            specs[ps.name] = [self.flavors[chosen[gi]] for gi in gis]
+        return res_flavor, specs
+
+    def regular_usage(
+        self,
+        cq: ClusterQueueSpec,
+        wl: WorkloadInfo,
+        counts: Mapping[str, int],
+        res_flavor: Mapping[str, Mapping[str, str]],
+        with_devices: bool,
+    ) -> dict[FlavorResource, Fraction]:
+        usage: dict[FlavorResource, Fraction] = {}
+        for ps in wl.pod_sets:
+            n = counts.get(ps.name, ps.count)
+            fl = res_flavor[ps.name]
+            items = list(ps.requests.items())
+            if with_devices:
+                items += list(ps.device_requests.items())
+            if "pods" in fl and "pods" not in ps.requests:
+                items.append(("pods", Fraction(1)))
+            for r, v in items:
+                if r in fl and v:
+                    k = (fl[r], r)
+                    usage[k] = usage.get(k, _ZERO) + v * n
+        return usage
+
+    def device_usage(
+        self, cq: ClusterQueueSpec, res_flavor: Mapping[str, Mapping[str, str]], placement: Placement
+    ) -> tuple[dict[FlavorResource, Fraction], str]:
+        # the flavor of a device resource: from the first pod set whose groups cover it
+        usage: dict[FlavorResource, Fraction] = {}
+        for r, v in placement.device_charges.items():
+            if not v:
+                continue
+            flavor = next((fl[r] for fl in res_flavor.values() if r in fl), None)
+            if flavor is None:
+                gi = self._group_of(cq, r)
+                if gi is None:
+                    if _is_capacity(r):
+                        continue
+                    return {}, f"resource {r} unavailable in ClusterQueue {cq.name}"
+                flavor = cq.resource_groups[gi].flavors[0].name
+            usage[(flavor, r)] = usage.get((flavor, r), _ZERO) + v
+        return usage, ""
+
+    # ---- the search ----------------------------------------------------------------------------
+    def try_assign(
+        self,
+        cq: ClusterQueueSpec,
+        wl: WorkloadInfo,
+        counts: Mapping[str, int],
+        tree: QuotaTree,
+        state: object,
+        only: Sequence[Combo] | None = None,
+        allow_borrow: bool = True,
+    ) -> Outcome:
+        groups, err = self.relevant_groups(cq, wl)
+        if err:
+            return Outcome(None, (), err, hard=True)
+        if only is None:
+            combos, err = self.combos(cq, wl, groups)
+            if err:
+                return Outcome(None, (), err, hard=True)
+        else:
+            combos = list(only)
+        fung = cq.flavor_fungibility
+        fallback: Assignment | None = None
+        preemptible: list[Combo] = []
+        first_msg = ""
+        all_nofit = True
+        for combo in combos:
+            res_flavor, specs = self._flavor_map(cq, wl, combo, groups)
+            expected = self.regular_usage(cq, wl, counts, res_flavor, with_devices=True)
+            pre = tree.fit(cq.name, expected)
+            if pre.mode == "NoFit":
+                first_msg = first_msg or pre.message()
+                continue
+            all_nofit = False
+            if pre.mode == "Preempt" or (pre.borrows and not allow_borrow):
+                preemptible.append(combo)
+                first_msg = first_msg or pre.message() or "needs to borrow"
+                if fung.when_can_preempt == "Preempt":
+                    break
+                continue
+            placed = self.placer.place(wl, counts, specs, state)
+            if isinstance(placed, PlacementFailure):
+                preemptible.append(combo)
+                first_msg = first_msg or f"couldn't place the gang: {placed.message}"
+                if fung.when_can_preempt == "Preempt":
+                    break
+                continue
+            dev, err = self.device_usage(cq, res_flavor, placed)
+            if err:
+                return Outcome(None, (), err, hard=True)
+            usage = self.regular_usage(cq, wl, counts, res_flavor, with_devices=False)
+            for k, v in dev.items():
+                usage[k] = usage.get(k, _ZERO) + v
+            fit = tree.fit(cq.name, usage)
+            if fit.mode == "Fit" and (allow_borrow or not fit.borrows):
+                a = Assignment(dict(counts), res_flavor, usage, placed, fit.borrows)
+                if not fit.borrows or fung.when_can_borrow == "Borrow":
+                    return Outcome(a, tuple(preemptible), "")
+                fallback = fallback or a
+                continue
+            if fit.mode == "NoFit":
+                first_msg = first_msg or fit.message()
+                continue
+            preemptible.append(combo)
+            first_msg = first_msg or fit.message() or "needs to borrow"
+            if fung.when_can_preempt == "Preempt":
+                break
+        if fallback is not None:
+            return Outcome(fallback, tuple(preemptible), "")
+        return Outcome(
+            None, tuple(preemptible), first_msg or "does not fit", hard=all_nofit and not preemptible
+        )

@@ -1,0 +1,411 @@
+"""One scheduling cycle: ``run_cycle(snapshot, placer, now, config) -> CycleResult``.
+
+Pure: the same snapshot, placer state and ``now`` always give the same result. The shell
+executes the result (admissions, evictions) and builds the next snapshot.
+
+What a cycle does:
+
+1. Builds the quota tree (inactive ClusterQueues: cohort cycles, stopPolicy, missing flavors) and
+   charges every admitted workload; asks the placer for the state with their placements.
+2. ``stopPolicy: HoldAndDrain`` on a ClusterQueue or LocalQueue evicts its admitted workloads.
+3. Puts eligible pending workloads in their ClusterQueue's queue (priority, then time; with
+   admission fair sharing first the LocalQueue's decayed usage).
+4. Repeatedly takes the best head over all ClusterQueues (fair sharing: lowest dominant resource
+   share with the workload admitted, top-down through the cohort tree; otherwise non-borrowing
+   first, then priority, then time) and tries to admit it: quota and gang placement on the state
+   with everything admitted or planned so far. An admitted head is replaced by the next workload
+   of its queue, so several workloads per ClusterQueue can be admitted in one cycle.
+5. A head that does not fit gets, in this order: a preemption plan (if the policies allow one
+   that makes it fit), partial admission down to ``minCount``, or a pending reason. BestEffortFIFO
+   moves on to the next workload; StrictFIFO blocks the queue for the rest of the cycle.
+   Resources of a preemptor are reserved for the rest of the cycle (its victims still hold
+   theirs until they are gone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from queueing.scheduling.assign import Assigner, Assignment
+from queueing.scheduling.config import SchedulingConfig
+from queueing.scheduling.fairshare import share_key
+from queueing.scheduling.ordering import entry_penalty, usage_by_resource, weighted_usage
+from queueing.scheduling.placer import Placer
+from queueing.scheduling.preemption import PreemptionPlan, plan_preemption
+from queueing.scheduling.quota import QuotaTree
+from queueing.scheduling.snapshot import (
+    AdmittedWorkload,
+    ClusterQueueSpec,
+    ClusterSnapshot,
+    FlavorResource,
+    LocalQueueSpec,
+    WorkloadInfo,
+)
+
+__all__ = ["Admission", "CycleResult", "Eviction", "PendingReason", "run_cycle"]
+
+
+@dataclass(frozen=True)
+class Admission:
+    workload: WorkloadInfo
+    cluster_queue: str
+    assignment: Assignment
+
+    @property
+    def key(self) -> str:
+        return self.workload.key
+
+    @property
+    def partial(self) -> bool:
+        return any(self.assignment.counts.get(p.name, p.count) < p.count for p in self.workload.pod_sets)
+
+    def admitted(self, now: float) -> AdmittedWorkload:
+        """The record to put in the next snapshot once the shell has executed the admission."""
+        return AdmittedWorkload(
+            workload=self.workload,
+            cluster_queue=self.cluster_queue,
+            usage=self.assignment.usage,
+            admission_time=now,
+            placement=self.assignment.placement,
+            counts=self.assignment.counts,
+        )
+
+
+@dataclass(frozen=True)
+class Eviction:
+    key: str
+    cluster_queue: str
+    reason: str  # ClusterQueueStopped / LocalQueueStopped
+    message: str
+
+
+@dataclass(frozen=True)
+class PendingReason:
+    """Kueue-style QuotaReserved=False condition: reason and a message that says what blocks."""
+
+    key: str
+    cluster_queue: str | None
+    reason: str  # Pending | Inadmissible | Preempting | Backoff | Deactivated
+    message: str
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[PreemptionPlan, ...] = ()
+    evictions: tuple[Eviction, ...] = ()
+    pending: Mapping[str, PendingReason] = field(default_factory=dict)
+    inactive_cluster_queues: Mapping[str, str] = field(default_factory=dict)
+    # admission fair sharing entry penalties added this cycle (LocalQueue key -> resource -> amount)
+    local_queue_penalties: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    cluster_queue_penalties: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+_ZERO = Fraction(0)
+
+
+def _inactive(snapshot: ClusterSnapshot, tree: QuotaTree) -> dict[str, str]:
+    flavors = {f.name for f in snapshot.flavors}
+    out: dict[str, str] = {}
+    for cq in snapshot.cluster_queues:
+        if cq.name in tree.disabled:
+            out[cq.name] = "CohortCycle: " + tree.disabled[cq.name]
+        elif cq.stop_policy != "None":
+            out[cq.name] = f"Stopped: stopPolicy is {cq.stop_policy}"
+        else:
+            missing = sorted({fq.name for g in cq.resource_groups for fq in g.flavors} - flavors)
+            if missing:
+                out[cq.name] = "FlavorNotFound: flavor(s) " + ", ".join(missing) + " not found"
+    return out
+
+
+def _reduced_counts(wl: WorkloadInfo, k: int, steps: int) -> dict[str, int]:
+    out = {}
+    for ps in wl.pod_sets:
+        if ps.min_count is not None and ps.min_count < ps.count:
+            span = ps.count - ps.min_count
+            out[ps.name] = ps.count - -(-span * k // steps)
+        else:
+            out[ps.name] = ps.count
+    return out
+
+
+def run_cycle(
+    snapshot: ClusterSnapshot, placer: Placer[Any], now: float, config: SchedulingConfig | None = None
+) -> CycleResult:
+    config = config or SchedulingConfig()
+    flavors = {f.name: f for f in snapshot.flavors}
+    cqs = {cq.name: cq for cq in snapshot.cluster_queues}
+    lqs: dict[str, LocalQueueSpec] = {lq.key: lq for lq in snapshot.local_queues}
+    tree = QuotaTree(snapshot.cluster_queues, snapshot.cohorts)
+    inactive = _inactive(snapshot, tree)
+    assigner = Assigner(flavors, placer)
+    afs = config.admission_fair_sharing
+
+    # ---- admitted workloads ----------------------------------------------------------------------
+    admitted = list(snapshot.admitted)
+    for a in admitted:
+        if tree.has_cq(a.cluster_queue):
+            tree.add_usage(a.cluster_queue, a.usage)
+    state = placer.initial_state(admitted)
+
+    # ---- draining ----------------------------------------------------------------------------------
+    evictions: list[Eviction] = []
+    draining: set[str] = set()
+    for a in admitted:
+        if a.evicting:
+            continue
+        cq = cqs.get(a.cluster_queue)
+        lq = lqs.get(a.workload.queue_key)
+        if cq is not None and cq.stop_policy == "HoldAndDrain":
+            evictions.append(
+                Eviction(
+                    a.key,
+                    a.cluster_queue,
+                    "ClusterQueueStopped",
+                    f"ClusterQueue {cq.name} is stopped (HoldAndDrain)",
+                )
+            )
+            draining.add(a.key)
+        elif lq is not None and lq.stop_policy == "HoldAndDrain":
+            evictions.append(
+                Eviction(
+                    a.key,
+                    a.cluster_queue,
+                    "LocalQueueStopped",
+                    f"LocalQueue {lq.key} is stopped (HoldAndDrain)",
+                )
+            )
+            draining.add(a.key)
+    candidates_pool: list[AdmittedWorkload] = [
+        AdmittedWorkload(a.workload, a.cluster_queue, a.usage, a.admission_time, a.placement, a.counts, True)
+        if a.key in draining
+        else a
+        for a in admitted
+    ]
+
+    # ---- queues ------------------------------------------------------------------------------------
+    pending: dict[str, PendingReason] = {}
+    queues: dict[str, list[WorkloadInfo]] = {}
+    for wl in snapshot.pending:
+        lq = lqs.get(wl.queue_key)
+        cq_name = lq.cluster_queue if lq else None
+        if not wl.active:
+            pending[wl.key] = PendingReason(wl.key, cq_name, "Deactivated", "the workload is deactivated")
+            continue
+        if wl.backoff_until is not None and wl.backoff_until > now:
+            pending[wl.key] = PendingReason(
+                wl.key, cq_name, "Backoff", f"requeue backoff until t={wl.backoff_until:g}s"
+            )
+            continue
+        if lq is None:
+            pending[wl.key] = PendingReason(
+                wl.key, None, "Inadmissible", f"LocalQueue {wl.queue_key} doesn't exist"
+            )
+            continue
+        if lq.stop_policy != "None":
+            pending[wl.key] = PendingReason(
+                wl.key, cq_name, "Inadmissible", f"LocalQueue {lq.key} is stopped"
+            )
+            continue
+        cq = cqs.get(lq.cluster_queue)
+        if cq is None:
+            pending[wl.key] = PendingReason(
+                wl.key, cq_name, "Inadmissible", f"ClusterQueue {lq.cluster_queue} doesn't exist"
+            )
+            continue
+        if cq.name in inactive:
+            pending[wl.key] = PendingReason(
+                wl.key, cq.name, "Inadmissible", f"ClusterQueue {cq.name} is inactive: {inactive[cq.name]}"
+            )
+            continue
+        ns_labels = snapshot.namespaces.get(wl.namespace, {})
+        if cq.namespace_selector is None or not cq.namespace_selector.matches(ns_labels):
+            pending[wl.key] = PendingReason(
+                wl.key,
+                cq.name,
+                "Inadmissible",
+                f"namespace {wl.namespace} doesn't match the selector of ClusterQueue {cq.name}",
+            )
+            continue
+        queues.setdefault(cq.name, []).append(wl)
+
+    # admission fair sharing: local copies of decayed usage, growing by entry penalties
+    lq_usage: dict[str, dict[str, float]] = {k: dict(v) for k, v in snapshot.local_queue_usage.items()}
+    cq_usage: dict[str, dict[str, float]] = {k: dict(v) for k, v in snapshot.cluster_queue_usage.items()}
+    lq_pen: dict[str, dict[str, float]] = {}
+    cq_pen: dict[str, dict[str, float]] = {}
+
+    def lq_share(wl: WorkloadInfo) -> float:
+        if afs is None:
+            return 0.0
+        lq = lqs[wl.queue_key]
+        return weighted_usage(lq_usage.get(lq.key, {}), afs, lq.fair_weight)
+
+    def within_key(cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[float, int, float, str]:
+        s = lq_share(wl) if (afs is not None and cq.admission_fair_sharing) else 0.0
+        return (s, -wl.priority, wl.order_time, wl.key)
+
+    for name, lst in queues.items():
+        lst.sort(key=lambda w, c=cqs[name]: within_key(c, w))  # type: ignore[misc]
+
+    # expected usage for ordering across queues (first flavor combination, expected device charges)
+    est_cache: dict[str, dict[FlavorResource, Fraction]] = {}
+
+    def estimate(cq: ClusterQueueSpec, wl: WorkloadInfo) -> dict[FlavorResource, Fraction]:
+        got = est_cache.get(wl.key)
+        if got is None:
+            got = {}
+            groups, err = assigner.relevant_groups(cq, wl)
+            if not err:
+                combos, err = assigner.combos(cq, wl, groups)
+                if not err and combos:
+                    res_flavor, _ = assigner._flavor_map(cq, wl, combos[0], groups)
+                    got = assigner.regular_usage(cq, wl, {}, res_flavor, with_devices=True)
+            est_cache[wl.key] = got
+        return got
+
+    def head_key(cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[Any, ...]:
+        est = estimate(cq, wl)
+        cohort_afs = 0.0
+        if afs is not None and afs.cohort_level:
+            cohort_afs = weighted_usage(cq_usage.get(cq.name, {}), afs, cq.fair_weight)
+        if config.fair_sharing.enable:
+            return (share_key(tree, cq.name, est), cohort_afs, -wl.priority, wl.order_time, wl.key)
+        borrows = 1 if tree.fit(cq.name, est).borrows else 0
+        return ((), cohort_afs, borrows, -wl.priority, wl.order_time, wl.key)
+
+    admissions: list[Admission] = []
+    plans: list[PreemptionPlan] = []
+    taken: set[str] = set()  # victims planned this cycle
+    pos = dict.fromkeys(queues, 0)
+    keys: dict[str, tuple[Any, ...]] = {}
+    dirty_roots: set[str] | None = None  # None: everything
+
+    def current(name: str) -> WorkloadInfo | None:
+        lst = queues[name]
+        i = pos[name]
+        return lst[i] if i < len(lst) else None
+
+    def advance(name: str) -> None:
+        pos[name] += 1
+        if afs is not None and cqs[name].admission_fair_sharing:
+            # re-sort the rest: entry penalties changed the LocalQueue shares
+            lst = queues[name]
+            rest = sorted(lst[pos[name] :], key=lambda w: within_key(cqs[name], w))
+            queues[name] = lst[: pos[name]] + rest
+        keys.pop(name, None)
+
+    def block(name: str, head: WorkloadInfo) -> None:
+        lst = queues[name]
+        for wl in lst[pos[name] + 1 :]:
+            pending[wl.key] = PendingReason(
+                wl.key, name, "Pending", f"StrictFIFO: waiting behind {head.key} in ClusterQueue {name}"
+            )
+        pos[name] = len(lst)
+        keys.pop(name, None)
+
+    def charge_afs(wl: WorkloadInfo, cq: str, usage: Mapping[FlavorResource, Fraction]) -> None:
+        if afs is None:
+            return
+        pen = entry_penalty(usage_by_resource(usage), afs)
+        for store, pens, k in ((lq_usage, lq_pen, wl.queue_key), (cq_usage, cq_pen, cq)):
+            u = store.setdefault(k, {})
+            p = pens.setdefault(k, {})
+            for r, v in pen.items():
+                u[r] = u.get(r, 0.0) + v
+                p[r] = p.get(r, 0.0) + v
+
+    while True:
+        live = [n for n in queues if current(n) is not None]
+        if not live:
+            break
+        for n in live:
+            if n not in keys or (dirty_roots is None or tree.root_of(n) in dirty_roots):
+                head = current(n)
+                assert head is not None
+                keys[n] = head_key(cqs[n], head)
+        dirty_roots = set()
+        name = min(live, key=lambda n: keys[n])
+        cq = cqs[name]
+        picked = current(name)
+        assert picked is not None
+        wl = picked
+        full = {ps.name: ps.count for ps in wl.pod_sets}
+        out = assigner.try_assign(cq, wl, full, tree, state)
+        if out.assignment is not None:
+            fit = out.assignment
+            tree.add_usage(name, fit.usage)
+            state = placer.add(state, wl.key, fit.placement)
+            admissions.append(Admission(wl, name, fit))
+            charge_afs(wl, name, fit.usage)
+            pending.pop(wl.key, None)
+            dirty_roots.add(tree.root_of(name))
+            advance(name)
+            continue
+        if not out.hard and out.preemptible:
+            pool = [c for c in candidates_pool if c.key not in taken]
+            plan = plan_preemption(
+                wl, cq, full, out.preemptible, tree, state, pool, assigner, placer, config, cqs
+            )
+            if plan is not None:
+                plans.append(plan)
+                taken.update(v.key for v in plan.victims)
+                tree.add_usage(name, plan.assignment.usage)
+                state = placer.add(state, wl.key, plan.assignment.placement)
+                pending[wl.key] = PendingReason(wl.key, name, "Preempting", plan.message)
+                dirty_roots.add(tree.root_of(name))
+                if cq.queueing_strategy == "StrictFIFO":
+                    block(name, wl)
+                else:
+                    advance(name)
+                continue
+        # partial admission
+        steps = max(
+            (
+                ps.count - ps.min_count
+                for ps in wl.pod_sets
+                if ps.min_count is not None and ps.min_count < ps.count
+            ),
+            default=0,
+        )
+        if steps and not out.hard:
+            best: Assignment | None = None
+            lo, hi = 1, steps
+            got = assigner.try_assign(cq, wl, _reduced_counts(wl, hi, steps), tree, state)
+            if got.assignment is not None:
+                best = got.assignment
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    g = assigner.try_assign(cq, wl, _reduced_counts(wl, mid, steps), tree, state)
+                    if g.assignment is not None:
+                        best, hi = g.assignment, mid
+                    else:
+                        lo = mid + 1
+            if best is not None:
+                tree.add_usage(name, best.usage)
+                state = placer.add(state, wl.key, best.placement)
+                admissions.append(Admission(wl, name, best))
+                charge_afs(wl, name, best.usage)
+                pending.pop(wl.key, None)
+                dirty_roots.add(tree.root_of(name))
+                advance(name)
+                continue
+        pending[wl.key] = PendingReason(wl.key, name, "Pending", out.message)
+        if cq.queueing_strategy == "StrictFIFO":
+            block(name, wl)
+        else:
+            advance(name)
+
+    return CycleResult(
+        admissions=tuple(admissions),
+        preemptions=tuple(plans),
+        evictions=tuple(evictions),
+        pending=pending,
+        inactive_cluster_queues=inactive,
+        local_queue_penalties=lq_pen,
+        cluster_queue_penalties=cq_pen,
+    )

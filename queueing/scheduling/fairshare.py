@@ -1,0 +1,103 @@
+"""Kueue's dominant resource share (DRS), exact.
+
+For a node (ClusterQueue or Cohort) with a parent:
+
+* borrowed[r] = sum over flavors of ``max(0, usage + extra - subtree quota)`` for resource r;
+* lendable[r] = sum over the flavors the tree knows of ``potential_available(parent, fr)``;
+* DRS = max over r with lendable > 0 of ``borrowed[r] / lendable[r]``, divided by the node's
+  fair-sharing weight. A node with weight 0 that borrows anything has an infinite share; a node
+  that does not borrow has share 0. Lower shares are preferred for admission, higher shares are
+  preempted first.
+
+Kueue scales the ratio by 1000 and rounds; here it stays an exact fraction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from queueing.scheduling.quota import QuotaTree
+from queueing.scheduling.snapshot import FlavorResource
+
+__all__ = ["DRS", "dominant_resource_share", "share_key"]
+
+_ZERO = Fraction(0)
+
+
+@dataclass(frozen=True)
+class DRS:
+    weight: Fraction
+    ratio: Fraction  # unweighted borrowed / lendable of the dominant resource
+    borrowing: bool
+    dominant: str = ""
+
+    @property
+    def infinite(self) -> bool:
+        return self.weight == 0 and self.borrowing
+
+    def key(self) -> tuple[int, Fraction]:
+        """Sort key: (1, ratio) for infinite shares, else (0, weighted share)."""
+        if self.infinite:
+            return (1, self.ratio)
+        if self.ratio == 0:
+            return (0, _ZERO)
+        return (0, self.ratio / self.weight)
+
+    def value(self) -> float:
+        """The weighted share as a float (``inf`` for weight 0 while borrowing)."""
+        if self.infinite:
+            return float("inf")
+        k = self.key()[1]
+        return float(k)
+
+
+def _root(tree: QuotaTree, node_id: str) -> str:
+    n = tree.node(node_id)
+    while n.parent is not None:
+        n = n.parent
+    return n.id
+
+
+def dominant_resource_share(
+    tree: QuotaTree, node_id: str, extra: Mapping[FlavorResource, Fraction] | None = None
+) -> DRS:
+    node = tree.node(node_id)
+    if node.parent is None:
+        return DRS(node.weight, _ZERO, False)
+    extra = extra or {}
+    borrowed: dict[str, Fraction] = {}
+    for fr, quota in node.subtree.items():
+        b = extra.get(fr, _ZERO) + node.usage.get(fr, _ZERO) - quota
+        if b > 0:
+            borrowed[fr[1]] = borrowed.get(fr[1], _ZERO) + b
+    for fr, v in extra.items():  # requests in flavor-resources the node has no quota for
+        if fr not in node.subtree and v + node.usage.get(fr, _ZERO) > 0:
+            borrowed[fr[1]] = borrowed.get(fr[1], _ZERO) + v + node.usage.get(fr, _ZERO)
+    if not borrowed:
+        return DRS(node.weight, _ZERO, False)
+    root = tree.node(_root(tree, node_id))
+    lendable: dict[str, Fraction] = {}
+    for fr in root.subtree:
+        if fr[1] in borrowed:
+            lendable[fr[1]] = lendable.get(fr[1], _ZERO) + tree.potential_available(node.parent.id, fr)
+    ratio = _ZERO
+    dominant = ""
+    for r in sorted(borrowed):
+        lr = lendable.get(r, _ZERO)
+        if lr > 0:
+            q = borrowed[r] / lr
+            if q > ratio:
+                ratio, dominant = q, r
+    return DRS(node.weight, ratio, True, dominant)
+
+
+def share_key(
+    tree: QuotaTree, cq: str, extra: Mapping[FlavorResource, Fraction]
+) -> tuple[tuple[int, Fraction], ...]:
+    """The tournament key of admitting ``extra`` to ``cq``: the DRS of every node on the path from
+    the root's children down to the ClusterQueue, each with the request added. Comparing keys
+    lexicographically picks, at every cohort level, the child with the lowest share (Kueue's
+    hierarchical fair-sharing tournament)."""
+    return tuple(dominant_resource_share(tree, nid, extra).key() for nid in tree.path(cq)[1:])

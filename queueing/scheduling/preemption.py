@@ -1,0 +1,382 @@
+"""The eviction planner: which admitted workloads to evict so that a pending one fits.
+
+Kubernetes cannot preempt DRA devices, so the planner decides by **what an eviction frees**: every
+candidate set is checked by releasing the victims' quota *and* their devices/node capacity in the
+placer state and re-running the preemptor's gang placement. A plan is only returned when the
+preemptor then fits (quota and placement); gangs are evicted whole (an admitted workload is one
+unit).
+
+Candidates (Kueue's policies):
+
+* own ClusterQueue, by ``withinClusterQueue``: ``LowerPriority`` (priority below the preemptor's)
+  or ``LowerOrNewerEqualPriority`` (also equal priority admitted... created later);
+* other ClusterQueues of the same cohort tree that are borrowing, by ``reclaimWithinCohort``
+  (``LowerPriority`` or ``Any``); the preemptor must then fit without borrowing;
+* with ``borrowWithinCohort: LowerPriority`` also lower-priority workloads of borrowing
+  ClusterQueues (at most ``maxPriorityThreshold``) while the preemptor itself borrows;
+* with fair sharing, other ClusterQueues' workloads are taken from the ClusterQueue with the
+  highest dominant resource share first, subject to the configured strategies
+  (``LessThanOrEqualToFinalShare``: the preemptor's share with the workload admitted must not
+  exceed the target's share after the eviction; ``LessThanInitialShare``: it must be below the
+  target's share before it), tried in order.
+
+Candidate order: workloads already being evicted, other ClusterQueues before the own, lower
+priority, more recently admitted, key. The chosen set is minimal in this order of preference:
+fewest victims (a single victim that suffices wins; pairs are searched when the greedy set is
+larger), then the candidate order (lowest priority, most recently admitted). After a greedy pass
+victims that are not needed are put back (Kueue's fill-back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+from queueing.scheduling.assign import Assigner, Assignment, Combo
+from queueing.scheduling.config import SchedulingConfig
+from queueing.scheduling.fairshare import dominant_resource_share
+from queueing.scheduling.placer import Placer
+from queueing.scheduling.quota import QuotaTree, cq_id
+from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, FlavorResource, WorkloadInfo
+
+__all__ = ["PreemptionPlan", "Victim", "plan_preemption"]
+
+Reason = Literal[
+    "InClusterQueue", "InCohortReclamation", "InCohortFairSharing", "InCohortReclaimWhileBorrowing"
+]
+
+
+@dataclass(frozen=True)
+class Victim:
+    key: str
+    cluster_queue: str
+    reason: Reason
+    priority: int
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    preemptor: str
+    cluster_queue: str
+    victims: tuple[Victim, ...]
+    assignment: Assignment  # how the preemptor fits once the victims are gone
+    # victims that were already being evicted (counted as gone; not part of ``victims``)
+    waiting_for: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        if not self.victims:
+            return f"waiting for the eviction of {len(self.waiting_for)} workload(s) to finish"
+        names = ", ".join(v.key for v in self.victims)
+        return f"preempting {len(self.victims)} workload(s): {names}"
+
+
+@dataclass
+class _Ctx:
+    wl: WorkloadInfo
+    cq: ClusterQueueSpec
+    counts: Mapping[str, int]
+    combos: Sequence[Combo]
+    tree: QuotaTree
+    state: object
+    assigner: Assigner
+    placer: Placer[Any]
+    checks: int = 0
+
+    def fits(self, removed: Sequence[AdmittedWorkload], allow_borrow: bool) -> Assignment | None:
+        self.checks += 1
+        tree = self.tree.clone()
+        state = self.state
+        for a in removed:
+            tree.remove_usage(a.cluster_queue, a.usage)
+            state = self.placer.remove(state, a.key)
+        out = self.assigner.try_assign(
+            self.cq, self.wl, self.counts, tree, state, only=self.combos, allow_borrow=allow_borrow
+        )
+        return out.assignment
+
+
+def _order(cq: str) -> Callable[[AdmittedWorkload], tuple[int, int, int, float, str]]:
+    def key(a: AdmittedWorkload) -> tuple[int, int, int, float, str]:
+        return (
+            0 if a.evicting else 1,
+            0 if a.cluster_queue != cq else 1,
+            a.workload.priority,
+            -a.admission_time,
+            a.key,
+        )
+
+    return key
+
+
+def _resources(wl: WorkloadInfo) -> set[str]:
+    out: set[str] = set()
+    for ps in wl.pod_sets:
+        out.update(r for r, v in ps.requests.items() if v)
+        out.update(r for r, v in ps.device_requests.items() if v)
+    return out
+
+
+def _overlaps(a: AdmittedWorkload, names: set[str]) -> bool:
+    return any(r in names and v for (_, r), v in a.usage.items()) or not a.usage
+
+
+def _borrowing_after(tree: QuotaTree, removed: Sequence[AdmittedWorkload], cq: str) -> bool:
+    t = tree.clone()
+    for a in removed:
+        t.remove_usage(a.cluster_queue, a.usage)
+    return t.is_borrowing(cq_id(cq))
+
+
+def plan_preemption(
+    wl: WorkloadInfo,
+    cq: ClusterQueueSpec,
+    counts: Mapping[str, int],
+    combos: Sequence[Combo],
+    tree: QuotaTree,
+    state: object,
+    admitted: Sequence[AdmittedWorkload],
+    assigner: Assigner,
+    placer: Placer[Any],
+    config: SchedulingConfig,
+    cq_specs: Mapping[str, ClusterQueueSpec],
+) -> PreemptionPlan | None:
+    """A plan to evict a minimal set of admitted workloads so that ``wl`` fits, or None."""
+    pol = cq.preemption
+    if (
+        pol.within_cluster_queue == "Never"
+        and pol.reclaim_within_cohort == "Never"
+        and pol.borrow_within_cohort == "Never"
+        and not any(a.evicting for a in admitted)
+    ):
+        return None
+    ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer)
+    names = _resources(wl)
+    root = tree.root_of(cq.name)
+    own: list[AdmittedWorkload] = []
+    others: list[AdmittedWorkload] = []
+    evicting: list[AdmittedWorkload] = []
+    for a in admitted:
+        if a.key == wl.key or not tree.has_cq(a.cluster_queue) or tree.root_of(a.cluster_queue) != root:
+            continue
+        if not _overlaps(a, names):
+            continue
+        if a.evicting:
+            evicting.append(a)
+            continue
+        p = a.workload.priority
+        if a.cluster_queue == cq.name:
+            w = pol.within_cluster_queue
+            if (w == "LowerPriority" and p < wl.priority) or (
+                w == "LowerOrNewerEqualPriority"
+                and (p < wl.priority or (p == wl.priority and a.workload.order_time > wl.order_time))
+            ):
+                own.append(a)
+        else:
+            others.append(a)
+
+    # workloads already being evicted count as gone
+    if evicting:
+        got = ctx.fits(evicting, allow_borrow=True)
+        if got is not None:
+            return PreemptionPlan(wl.key, cq.name, (), got, tuple(a.key for a in evicting))
+
+    key = _order(cq.name)
+    own.sort(key=key)
+    fair = config.fair_sharing.enable and cq.cohort is not None
+    reclaim: list[AdmittedWorkload] = []
+    if pol.reclaim_within_cohort != "Never":
+        reclaim = [
+            a for a in others if pol.reclaim_within_cohort == "Any" or a.workload.priority < wl.priority
+        ]
+    borrow_pool: list[AdmittedWorkload] = []
+    if pol.borrow_within_cohort == "LowerPriority":
+        thr = pol.max_priority_threshold
+        borrow_pool = [
+            a
+            for a in others
+            if a.workload.priority < wl.priority and (thr is None or a.workload.priority <= thr)
+        ]
+
+    attempts: list[tuple[list[AdmittedWorkload], bool, Reason]] = []
+    if fair and (reclaim or borrow_pool):
+        for strategy in config.fair_sharing.preemption_strategies:
+            victims = _fair_search(
+                ctx, evicting, own, sorted(set_union(reclaim, borrow_pool), key=key), strategy
+            )
+            if victims is not None:
+                return _plan(ctx, evicting, victims, "InCohortFairSharing")
+    if reclaim:
+        attempts.append((sorted(set_union(own, reclaim), key=key), False, "InCohortReclamation"))
+    if borrow_pool:
+        attempts.append((sorted(set_union(own, borrow_pool), key=key), True, "InCohortReclaimWhileBorrowing"))
+    if own:
+        attempts.append((own, True, "InClusterQueue"))
+    for cands, allow_borrow, reason in attempts:
+        victims = _search(ctx, evicting, cands, allow_borrow, config.max_preemption_pairs)
+        if victims is not None:
+            return _plan(ctx, evicting, victims, reason)
+    return None
+
+
+def set_union(a: Sequence[AdmittedWorkload], b: Sequence[AdmittedWorkload]) -> list[AdmittedWorkload]:
+    seen: dict[str, AdmittedWorkload] = {x.key: x for x in a}
+    for x in b:
+        seen.setdefault(x.key, x)
+    return list(seen.values())
+
+
+def _plan(
+    ctx: _Ctx, evicting: Sequence[AdmittedWorkload], victims: Sequence[AdmittedWorkload], reason: Reason
+) -> PreemptionPlan | None:
+    got = ctx.fits([*evicting, *victims], allow_borrow=True)
+    if got is None:
+        return None
+    out = tuple(
+        Victim(
+            v.key,
+            v.cluster_queue,
+            "InClusterQueue" if v.cluster_queue == ctx.cq.name else reason,
+            v.workload.priority,
+        )
+        for v in victims
+    )
+    return PreemptionPlan(ctx.wl.key, ctx.cq.name, out, got, tuple(a.key for a in evicting))
+
+
+def _removable(ctx: _Ctx, removed: Sequence[AdmittedWorkload], a: AdmittedWorkload) -> bool:
+    """Other ClusterQueues' workloads may only be taken while that queue is borrowing."""
+    if a.cluster_queue == ctx.cq.name:
+        return True
+    return _borrowing_after(ctx.tree, removed, a.cluster_queue)
+
+
+def _search(
+    ctx: _Ctx,
+    base: Sequence[AdmittedWorkload],
+    cands: Sequence[AdmittedWorkload],
+    allow_borrow: bool,
+    max_pairs: int,
+) -> list[AdmittedWorkload] | None:
+    if not cands:
+        return None
+    # cheap necessary condition: with every candidate gone it must fit
+    if ctx.fits([*base, *cands], allow_borrow) is None:
+        return None
+    # a single victim, best first
+    for c in cands:
+        if _removable(ctx, base, c) and ctx.fits([*base, c], allow_borrow) is not None:
+            return [c]
+    # greedy in candidate order, then put back what is not needed
+    removed: list[AdmittedWorkload] = []
+    fitted = False
+    for c in cands:
+        if not _removable(ctx, [*base, *removed], c):
+            continue
+        removed.append(c)
+        if ctx.fits([*base, *removed], allow_borrow) is not None:
+            fitted = True
+            break
+    if not fitted:
+        return None
+    for c in list(reversed(removed[:-1])):
+        trial = [x for x in removed if x.key != c.key]
+        if ctx.fits([*base, *trial], allow_borrow) is not None:
+            removed = trial
+    if len(removed) > 2:
+        budget = max_pairs
+        for i in range(len(cands)):
+            for j in range(i + 1, len(cands)):
+                if budget <= 0:
+                    return removed
+                budget -= 1
+                pair = [cands[i], cands[j]]
+                if not _removable(ctx, base, cands[i]) or not _removable(ctx, [*base, cands[i]], cands[j]):
+                    continue
+                if ctx.fits([*base, *pair], allow_borrow) is not None:
+                    return pair
+    return removed
+
+
+def _fair_search(
+    ctx: _Ctx,
+    base: Sequence[AdmittedWorkload],
+    own: Sequence[AdmittedWorkload],
+    others: Sequence[AdmittedWorkload],
+    strategy: str,
+) -> list[AdmittedWorkload] | None:
+    """Kueue's fair-sharing preemption: take from the ClusterQueue with the highest share first,
+    as long as the strategy allows; own ClusterQueue candidates by the withinClusterQueue policy."""
+    if ctx.fits([*base, *own, *others], allow_borrow=True) is None:
+        return None
+    by_cq: dict[str, list[AdmittedWorkload]] = {}
+    for a in [*own, *others]:
+        by_cq.setdefault(a.cluster_queue, []).append(a)
+    key = _order(ctx.cq.name)
+    for lst in by_cq.values():
+        lst.sort(key=key)
+    tree = ctx.tree.clone()
+    for a in base:
+        tree.remove_usage(a.cluster_queue, a.usage)
+    removed: list[AdmittedWorkload] = []
+    # the preemptor's request, for its share "with the workload admitted"
+    req: dict[FlavorResource, Fraction] = {}
+    probe = ctx.fits([*base, *own, *others], allow_borrow=True)
+    if probe is not None:
+        req = dict(probe.usage)
+    mine0 = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
+    # a single sufficient victim that the strategy allows, best first
+    for c in sorted([*own, *others], key=key):
+        if c.cluster_queue != ctx.cq.name:
+            before0 = dominant_resource_share(tree, cq_id(c.cluster_queue))
+            if not before0.borrowing:
+                continue
+            t1 = tree.clone()
+            t1.remove_usage(c.cluster_queue, c.usage)
+            after0 = dominant_resource_share(t1, cq_id(c.cluster_queue)).key()
+            ok0 = mine0 <= after0 if strategy == "LessThanOrEqualToFinalShare" else mine0 < before0.key()
+            if not ok0:
+                continue
+        if ctx.fits([*base, c], allow_borrow=True) is not None:
+            return [c]
+    while True:
+        if removed and ctx.fits([*base, *removed], allow_borrow=True) is not None:
+            break
+        live = [c for c, lst in by_cq.items() if lst]
+        if not live:
+            return None
+
+        def share(c: str) -> tuple[int, Fraction]:
+            return dominant_resource_share(tree, cq_id(c)).key()
+
+        target = max(live, key=lambda c: (share(c), c))
+        cand = by_cq[target].pop(0)
+        if target == ctx.cq.name:
+            tree.remove_usage(cand.cluster_queue, cand.usage)
+            removed.append(cand)
+            continue
+        before = dominant_resource_share(tree, cq_id(target))
+        if not before.borrowing:
+            by_cq[target] = []
+            continue
+        mine = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
+        tree.remove_usage(cand.cluster_queue, cand.usage)
+        after = dominant_resource_share(tree, cq_id(target)).key()
+        ok = mine <= after if strategy == "LessThanOrEqualToFinalShare" else mine < before.key()
+        if ok:
+            removed.append(cand)
+        else:
+            tree.add_usage(cand.cluster_queue, cand.usage)
+            by_cq[target] = []
+    # put back what is not needed, then prefer a single sufficient victim among those chosen
+    for c in list(reversed(removed[:-1])):
+        trial = [x for x in removed if x.key != c.key]
+        if ctx.fits([*base, *trial], allow_borrow=True) is not None:
+            removed = trial
+    if len(removed) > 1:
+        for c in sorted(removed, key=key):
+            if ctx.fits([*base, c], allow_borrow=True) is not None:
+                return [c]
+    return removed

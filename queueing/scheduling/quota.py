@@ -1,0 +1,341 @@
+"""The quota tree: ClusterQueues and (hierarchical) Cohorts with nominal quota, borrowing and lending.
+
+Semantics follow Kueue's resource nodes exactly (per flavor-resource ``fr``):
+
+* ``subtree(node)``: a ClusterQueue's nominal quota; for a Cohort its own nominal quota plus, for
+  every child, ``subtree(child) - guaranteed(child)``.
+* ``guaranteed(node) = max(0, subtree(node) - lendingLimit)`` if a lending limit is set, else 0:
+  the part of the node's quota that is never lent to its parent.
+* ``usage(node)``: a ClusterQueue's admitted usage; for a Cohort the sum of its children's usage
+  beyond their guaranteed quota.
+* ``available(node)``: for a root ``subtree - usage``; otherwise the unused guaranteed quota plus
+  what the parent has available, the latter capped, when a borrowing limit is set, at
+  ``subtree - guaranteed - max(0, usage - guaranteed) + borrowingLimit``.
+* A request fits when ``request <= available`` for every flavor-resource it charges. This keeps
+  ``usage <= nominal + borrowingLimit`` for every ClusterQueue and never lets the others in a
+  cohort use more than a member's lendingLimit of its quota.
+
+A cohort whose parent chain loops is not part of any tree; the ClusterQueues below it are
+disabled (``disabled`` maps their names to the reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+from queueing.scheduling.snapshot import ClusterQueueSpec, CohortSpec, FlavorResource, ResourceQuota
+
+__all__ = ["FitMode", "QuotaFit", "QuotaTree", "cohort_id", "cq_id"]
+
+FitMode = Literal["Fit", "Preempt", "NoFit"]
+_ZERO = Fraction(0)
+
+
+def cq_id(name: str) -> str:
+    return "cq:" + name
+
+
+def cohort_id(name: str) -> str:
+    return "cohort:" + name
+
+
+class _Node:
+    __slots__ = ("children", "id", "name", "parent", "quotas", "subtree", "usage", "weight")
+
+    def __init__(
+        self, node_id: str, name: str, quotas: dict[FlavorResource, ResourceQuota], weight: Fraction
+    ):
+        self.id = node_id
+        self.name = name
+        self.quotas = quotas
+        self.weight = weight
+        self.parent: _Node | None = None
+        self.children: list[_Node] = []
+        self.subtree: dict[FlavorResource, Fraction] = {}
+        self.usage: dict[FlavorResource, Fraction] = {}
+
+    def guaranteed(self, fr: FlavorResource) -> Fraction:
+        q = self.quotas.get(fr)
+        if q is not None and q.lending_limit is not None:
+            return max(_ZERO, self.subtree.get(fr, _ZERO) - q.lending_limit)
+        return _ZERO
+
+    def local_available(self, fr: FlavorResource) -> Fraction:
+        return max(_ZERO, self.guaranteed(fr) - self.usage.get(fr, _ZERO))
+
+
+@dataclass(frozen=True)
+class QuotaFit:
+    """How a request fits a ClusterQueue's quota."""
+
+    mode: FitMode
+    borrows: bool  # fits only by borrowing from the cohort
+    # for anything but Fit: (flavor, resource, requested, available-or-maximum) of the first miss
+    short: tuple[str, str, Fraction, Fraction] | None = None
+
+    def message(self) -> str:
+        if self.short is None:
+            return ""
+        flavor, res, req, have = self.short
+        if self.mode == "NoFit":
+            return (
+                f"insufficient quota for {res} in flavor {flavor}, request > maximum capacity "
+                f"({_fmt(req)} > {_fmt(have)})"
+            )
+        return f"insufficient unused quota for {res} in flavor {flavor}, {_fmt(req - have)} more needed"
+
+
+def _fmt(v: Fraction) -> str:
+    if v.denominator == 1:
+        return str(v.numerator)
+    return format(float(v), "g")
+
+
+class QuotaTree:
+    """Mutable per-cycle accounting of quota usage (build one per cycle; ``clone`` to try things)."""
+
+    def __init__(self, cluster_queues: Iterable[ClusterQueueSpec], cohorts: Iterable[CohortSpec] = ()):
+        self.nodes: dict[str, _Node] = {}
+        self.disabled: dict[str, str] = {}
+        cohort_specs = {c.name: c for c in cohorts}
+        cq_specs = list(cluster_queues)
+        # implicit cohorts: named by a ClusterQueue or as a parent, without a Cohort object
+        names = set(cohort_specs)
+        names.update(cq.cohort for cq in cq_specs if cq.cohort)
+        names.update(c.parent for c in cohort_specs.values() if c.parent)
+        for name in sorted(names):
+            spec = cohort_specs.get(name, CohortSpec(name=name))
+            self.nodes[cohort_id(name)] = _Node(cohort_id(name), name, spec.quotas(), spec.fair_weight)
+        cyclic = self._find_cycles(cohort_specs)
+        for name in sorted(names):
+            own = cohort_specs.get(name)
+            if own is not None and own.parent and name not in cyclic:
+                self._link(self.nodes[cohort_id(name)], self.nodes[cohort_id(own.parent)])
+        for cq in cq_specs:
+            node = _Node(cq_id(cq.name), cq.name, cq.quotas(), cq.fair_weight)
+            self.nodes[node.id] = node
+            if cq.cohort:
+                bad = self._cycle_reason(cq.cohort, cohort_specs, cyclic)
+                if bad:
+                    self.disabled[cq.name] = bad
+                    continue
+                self._link(node, self.nodes[cohort_id(cq.cohort)])
+        # drop cohorts on or under a cycle from the forest
+        for name in names:
+            if self._cycle_reason(name, cohort_specs, cyclic):
+                n = self.nodes[cohort_id(name)]
+                if n.parent is not None:
+                    n.parent.children.remove(n)
+                    n.parent = None
+                n.children = []
+        for root in [n for n in self.nodes.values() if n.parent is None]:
+            self._accumulate(root)
+
+    # ---- construction helpers ------------------------------------------------------------------
+    @staticmethod
+    def _link(child: _Node, parent: _Node) -> None:
+        child.parent = parent
+        parent.children.append(child)
+
+    @staticmethod
+    def _find_cycles(specs: Mapping[str, CohortSpec]) -> dict[str, str]:
+        """Cohort name -> "a -> b -> a" for every cohort that is on a parent cycle."""
+        out: dict[str, str] = {}
+        for start in sorted(specs):
+            path: list[str] = []
+            cur: str | None = start
+            while cur is not None and cur not in path:
+                path.append(cur)
+                spec = specs.get(cur)
+                cur = spec.parent if spec else None
+            if cur is not None and cur == start:
+                out[start] = " -> ".join([*path, start])
+        return out
+
+    @staticmethod
+    def _cycle_reason(name: str, specs: Mapping[str, CohortSpec], cyclic: Mapping[str, str]) -> str:
+        seen: set[str] = set()
+        cur: str | None = name
+        while cur is not None and cur not in seen:
+            if cur in cyclic:
+                return f"cohort {name} is in a cohort tree with a cycle: {cyclic[cur]}"
+            seen.add(cur)
+            spec = specs.get(cur)
+            cur = spec.parent if spec else None
+        return ""
+
+    def _accumulate(self, node: _Node) -> None:
+        node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
+        for child in node.children:
+            self._accumulate(child)
+            for fr, q in child.subtree.items():
+                node.subtree[fr] = node.subtree.get(fr, _ZERO) + q - child.guaranteed(fr)
+
+    # ---- copying -------------------------------------------------------------------------------
+    def clone(self) -> QuotaTree:
+        new = QuotaTree.__new__(QuotaTree)
+        new.disabled = self.disabled
+        new.nodes = {}
+        for nid, n in self.nodes.items():
+            c = _Node(n.id, n.name, n.quotas, n.weight)
+            c.subtree = n.subtree
+            c.usage = dict(n.usage)
+            new.nodes[nid] = c
+        for nid, n in self.nodes.items():
+            c = new.nodes[nid]
+            if n.parent is not None:
+                c.parent = new.nodes[n.parent.id]
+            c.children = [new.nodes[ch.id] for ch in n.children]
+        return new
+
+    # ---- queries -------------------------------------------------------------------------------
+    def has_cq(self, name: str) -> bool:
+        return cq_id(name) in self.nodes
+
+    def node(self, node_id: str) -> _Node:
+        return self.nodes[node_id]
+
+    def root_of(self, cq: str) -> str:
+        n = self.nodes[cq_id(cq)]
+        while n.parent is not None:
+            n = n.parent
+        return n.id
+
+    def path(self, cq: str) -> list[str]:
+        """Node ids from the root down to the ClusterQueue."""
+        out = []
+        n: _Node | None = self.nodes[cq_id(cq)]
+        while n is not None:
+            out.append(n.id)
+            n = n.parent
+        return out[::-1]
+
+    def cluster_queues_under(self, node_id: str) -> list[str]:
+        out: list[str] = []
+        stack = [self.nodes[node_id]]
+        while stack:
+            n = stack.pop()
+            if n.id.startswith("cq:"):
+                out.append(n.name)
+            stack.extend(n.children)
+        return sorted(out)
+
+    def nominal(self, cq: str, fr: FlavorResource) -> Fraction:
+        q = self.nodes[cq_id(cq)].quotas.get(fr)
+        return q.nominal if q else _ZERO
+
+    def usage(self, cq: str, fr: FlavorResource) -> Fraction:
+        return self.nodes[cq_id(cq)].usage.get(fr, _ZERO)
+
+    def usage_of(self, node_id: str) -> Mapping[FlavorResource, Fraction]:
+        return self.nodes[node_id].usage
+
+    def subtree_of(self, node_id: str) -> Mapping[FlavorResource, Fraction]:
+        return self.nodes[node_id].subtree
+
+    def available(self, cq: str, fr: FlavorResource) -> Fraction:
+        return self._available(self.nodes[cq_id(cq)], fr)
+
+    def _available(self, n: _Node, fr: FlavorResource) -> Fraction:
+        if n.parent is None:
+            return n.subtree.get(fr, _ZERO) - n.usage.get(fr, _ZERO)
+        parent_avail = self._available(n.parent, fr)
+        q = n.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            g = n.guaranteed(fr)
+            stored = n.subtree.get(fr, _ZERO) - g
+            used = max(_ZERO, n.usage.get(fr, _ZERO) - g)
+            parent_avail = min(stored - used + q.borrowing_limit, parent_avail)
+        return n.local_available(fr) + parent_avail
+
+    def potential_available(self, node_id: str, fr: FlavorResource) -> Fraction:
+        """The most the node could get with no usage anywhere, within borrowing limits."""
+        return self._potential(self.nodes[node_id], fr)
+
+    def _potential(self, n: _Node, fr: FlavorResource) -> Fraction:
+        if n.parent is None:
+            return n.subtree.get(fr, _ZERO)
+        got = n.guaranteed(fr) + self._potential(n.parent, fr)
+        q = n.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            got = min(n.subtree.get(fr, _ZERO) + q.borrowing_limit, got)
+        return got
+
+    def is_borrowing(self, node_id: str, frs: Iterable[FlavorResource] | None = None) -> bool:
+        n = self.nodes[node_id]
+        keys = n.usage.keys() if frs is None else frs
+        return any(n.usage.get(fr, _ZERO) > n.subtree.get(fr, _ZERO) for fr in keys)
+
+    def fit(self, cq: str, request: Mapping[FlavorResource, Fraction]) -> QuotaFit:
+        """Kueue's per-flavor fit: Fit (maybe borrowing), Preempt (only by evicting), NoFit."""
+        n = self.nodes[cq_id(cq)]
+        mode: FitMode = "Fit"
+        borrows = False
+        short: tuple[str, str, Fraction, Fraction] | None = None
+        for fr in sorted(request):
+            val = request[fr]
+            if val <= 0:
+                continue
+            avail = self._available(n, fr)
+            if val <= avail:
+                if n.usage.get(fr, _ZERO) + val > n.subtree.get(fr, _ZERO):
+                    borrows = True
+                continue
+            pot = self._potential(n, fr)
+            if val <= pot:
+                if mode == "Fit":
+                    mode, short = "Preempt", (fr[0], fr[1], val, max(avail, _ZERO))
+                if val > n.subtree.get(fr, _ZERO):
+                    borrows = True
+            else:
+                mode, short = "NoFit", (fr[0], fr[1], val, pot)
+                break
+        return QuotaFit(mode, borrows, short)
+
+    # ---- updates -------------------------------------------------------------------------------
+    def add_usage(self, cq: str, usage: Mapping[FlavorResource, Fraction]) -> None:
+        n = self.nodes[cq_id(cq)]
+        for fr, val in usage.items():
+            if val:
+                self._add(n, fr, val)
+
+    def _add(self, n: _Node, fr: FlavorResource, val: Fraction) -> None:
+        local = n.local_available(fr)
+        n.usage[fr] = n.usage.get(fr, _ZERO) + val
+        if n.parent is not None and val > local:
+            self._add(n.parent, fr, val - local)
+
+    def remove_usage(self, cq: str, usage: Mapping[FlavorResource, Fraction]) -> None:
+        n = self.nodes[cq_id(cq)]
+        for fr, val in usage.items():
+            if val:
+                self._remove(n, fr, val)
+
+    def _remove(self, n: _Node, fr: FlavorResource, val: Fraction) -> None:
+        stored = n.usage.get(fr, _ZERO) - n.guaranteed(fr)
+        n.usage[fr] = n.usage.get(fr, _ZERO) - val
+        if stored > 0 and n.parent is not None:
+            self._remove(n.parent, fr, min(val, stored))
+
+    # ---- invariants ----------------------------------------------------------------------------
+    def violations(self) -> list[str]:
+        """Broken quota invariants (empty when all hold); for tests and the simulator's checks."""
+        out: list[str] = []
+        for n in self.nodes.values():
+            for fr, u in n.usage.items():
+                if u < 0:
+                    out.append(f"{n.id}: negative usage {u} of {fr}")
+                if n.id.startswith("cq:"):
+                    q = n.quotas.get(fr)
+                    if n.parent is None or (q is not None and q.borrowing_limit is not None):
+                        cap = n.subtree.get(fr, _ZERO) + (
+                            q.borrowing_limit if n.parent is not None and q and q.borrowing_limit else _ZERO
+                        )
+                        if u > cap:
+                            out.append(f"{n.id}: usage {u} of {fr} exceeds nominal + borrowingLimit {cap}")
+                if n.parent is None and u > n.subtree.get(fr, _ZERO):
+                    out.append(f"{n.id}: usage {u} of {fr} exceeds the quota of the tree {n.subtree.get(fr)}")
+        return out
