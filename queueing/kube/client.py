@@ -1,0 +1,269 @@
+"""Building a kubernetes-asyncio ``ApiClient`` and a thin JSON REST layer over it.
+
+Every kind is addressed the same way through a ``Resource`` (group, version, plural, scope), and
+objects travel as plain JSON dicts (parsed into our pydantic models by the callers), so unknown fields
+survive and no kubernetes-asyncio model classes are involved. Errors are kubernetes-asyncio's
+``ApiException`` (``.status``, ``.reason``, ``.body``), as with the generated APIs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+__all__ = [
+    "CONFIGMAPS",
+    "CRDS",
+    "DEVICE_CLASSES",
+    "EVENTS",
+    "JOBS",
+    "LEASES",
+    "NAMESPACES",
+    "NODES",
+    "PATCH_CONTENT_TYPES",
+    "PODS",
+    "PRIORITY_CLASSES",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_SLICES",
+    "ApiException",
+    "KubeClient",
+    "Resource",
+    "api_client_for_url",
+    "load_api_client",
+    "queueing_resource",
+]
+
+PATCH_CONTENT_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A served resource: ``Resource("batch", "v1", "jobs", namespaced=True, kind="Job")``."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+    kind: str = ""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        """The REST path; without ``namespace`` a namespaced resource's path spans all namespaces."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+NAMESPACES = Resource("", "v1", "namespaces", False, "Namespace")
+NODES = Resource("", "v1", "nodes", False, "Node")
+PODS = Resource("", "v1", "pods", True, "Pod")
+EVENTS = Resource("", "v1", "events", True, "Event")
+CONFIGMAPS = Resource("", "v1", "configmaps", True, "ConfigMap")
+JOBS = Resource("batch", "v1", "jobs", True, "Job")
+RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", False, "ResourceSlice")
+DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", False, "DeviceClass")
+RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", True, "ResourceClaim")
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    "resource.k8s.io", "v1", "resourceclaimtemplates", True, "ResourceClaimTemplate"
+)
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", False, "PriorityClass")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition")
+
+
+def queueing_resource(plural: str, kind: str, namespaced: bool) -> Resource:
+    """One of our CRDs (group ``queueing.dra.io``, version ``v1beta1``)."""
+    return Resource("queueing.dra.io", "v1beta1", plural, namespaced, kind)
+
+
+async def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s.ApiClient:
+    """An ApiClient from a kubeconfig file, else the in-cluster service account, else ``~/.kube/config``."""
+    configuration = k8s.Configuration()
+    if kubeconfig:
+        await k8s_config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException:
+            await k8s_config.load_kube_config(context=context, client_configuration=configuration)
+    return k8s.ApiClient(configuration)
+
+
+def api_client_for_url(url: str, token: str | None = None) -> k8s.ApiClient:
+    """An ApiClient for a plain base URL (e.g. the emulator's), with an optional bearer token."""
+    configuration = k8s.Configuration(host=url)
+    if token:
+        configuration.api_key = {"BearerToken": token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    return k8s.ApiClient(configuration)
+
+
+def _query(params: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for k, v in params.items():
+        if v is None:
+            continue
+        out.append((k, ("true" if v else "false") if isinstance(v, bool) else str(v)))
+    return out
+
+
+class KubeClient:
+    """JSON-in, JSON-out REST calls through a kubernetes-asyncio ApiClient."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self.api = api
+
+    async def raw(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
+        """The aiohttp response, unread (the caller must release it); used for watches."""
+        headers = {"Accept": "application/json"}
+        if method in ("POST", "PUT", "PATCH", "DELETE"):
+            headers["Content-Type"] = content_type
+        return await self.api.call_api(
+            path,
+            method,
+            query_params=_query(query or {}),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
+        resp = await self.raw(method, path, query, body, content_type, timeout)
+        try:
+            data = await resp.read()
+            if not 200 <= resp.status <= 299:
+                exc = ApiException(status=resp.status, reason=resp.reason)
+                exc.body = data.decode("utf-8", "replace")
+                exc.headers = resp.headers
+                raise exc
+        finally:
+            resp.release()
+        return json.loads(data) if data else None
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = await self.request("GET", res.path(namespace, name))
+        return result
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """All matching objects (following ``continue`` pages); returns the List with every item."""
+        items: list[dict[str, Any]] = []
+        cont: str | None = None
+        while True:
+            page = await self.request(
+                "GET",
+                res.path(namespace),
+                {
+                    "labelSelector": label_selector,
+                    "fieldSelector": field_selector,
+                    "limit": limit,
+                    "continue": cont,
+                },
+            )
+            items.extend(page.get("items") or [])
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                page["items"] = items
+                result: dict[str, Any] = page
+                return result
+
+    async def create(
+        self, res: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        ns = namespace or (body.get("metadata") or {}).get("namespace")
+        result: dict[str, Any] = await self.request("POST", res.path(ns), body=body)
+        return result
+
+    async def replace(
+        self,
+        res: Resource,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        meta = body.get("metadata") or {}
+        ns = namespace or meta.get("namespace")
+        result: dict[str, Any] = await self.request("PUT", res.path(ns, meta["name"], subresource), body=body)
+        return result
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        patch_type: str = "merge",
+    ) -> dict[str, Any]:
+        """``patch_type`` is ``merge``, ``json`` or ``strategic``."""
+        result: dict[str, Any] = await self.request(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            body=patch,
+            content_type=PATCH_CONTENT_TYPES[patch_type],
+        )
+        return result
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        propagation_policy: str | None = None,
+        preconditions: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation_policy:
+            body["propagationPolicy"] = propagation_policy
+        if preconditions:
+            body["preconditions"] = preconditions
+        result: dict[str, Any] = await self.request("DELETE", res.path(namespace, name), body=body)
+        return result

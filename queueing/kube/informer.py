@@ -1,0 +1,299 @@
+"""Informers: list then watch one kind, keep a typed in-memory cache, call handlers with (old, new).
+
+The loop: LIST (paged) -> replace the cache, reporting the differences to the handlers -> WATCH from the
+list's resourceVersion with ``allowWatchBookmarks`` and a server-side ``timeoutSeconds`` -> on a clean
+end of the stream, re-WATCH from the last resourceVersion seen (events and BOOKMARKs both advance it);
+on 410 Gone (the resourceVersion was compacted away) LIST again; on any other failure (connection lost,
+5xx, client timeout) back off exponentially and re-WATCH (LIST again after repeated failures).
+
+kubernetes-asyncio's ``Watch`` is used for the stream; it is always given ``timeout_seconds`` so it
+never reconnects or retries a 410 by itself — this loop owns all of that.
+
+Objects are parsed with the model class given (any ``KubeObject`` subclass); without one, the cache holds
+plain ``KubeObject``s (every field kept). An object the model rejects is left out of the cache and
+recorded in ``invalid`` (key -> message), so the controller can report it and keep going.
+
+Handlers are called in event order, after the cache is updated, with ``(old, new)``; ``new`` is None
+on delete, ``old`` is None on add. A handler may be a plain function or a coroutine function; an
+exception in a handler is logged and does not stop the informer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.watch import Watch
+from pydantic import ValidationError
+
+from queueing.api.base import KubeObject, format_validation_error
+from queueing.kube.client import KubeClient, Resource
+
+__all__ = ["Handler", "Informer", "InformerStats"]
+
+log = logging.getLogger("queueing.kube.informer")
+
+T = TypeVar("T", bound=KubeObject)
+Handler = Callable[[T | None, T | None], Awaitable[None] | None]
+
+
+@dataclass
+class InformerStats:
+    lists: int = 0
+    watches: int = 0
+    gone: int = 0  # 410s handled by a re-list
+    errors: int = 0  # failed requests or streams (backed off)
+    events: int = 0  # ADDED/MODIFIED/DELETED events applied
+    bookmarks: int = 0
+
+
+class Informer(Generic[T]):
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        model: type[T] | None = None,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        watch_timeout: int = 300,
+        request_timeout: float = 60.0,
+        backoff_initial: float = 0.05,
+        backoff_max: float = 5.0,
+        page_size: int = 500,
+        relist_after_errors: int = 5,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.model: type[Any] = model or KubeObject
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.watch_timeout = watch_timeout
+        self.request_timeout = request_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.page_size = page_size
+        self.relist_after_errors = relist_after_errors
+        self.resource_version = ""
+        self.has_synced = False
+        self.invalid: dict[str, str] = {}
+        self.stats = InformerStats()
+        self._cache: dict[str, T] = {}
+        self._handlers: list[Handler[T]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._synced = asyncio.Event()
+        self._watch: Watch | None = None
+        self._stopping = False
+
+    # ------------------------------------------------------------ cache access
+    def get(self, name: str, namespace: str | None = None) -> T | None:
+        return self._cache.get(f"{namespace}/{name}" if namespace else name)
+
+    def get_key(self, key: str) -> T | None:
+        return self._cache.get(key)
+
+    def list(self) -> list[T]:
+        return [self._cache[k] for k in sorted(self._cache)]
+
+    def keys(self) -> builtins.list[str]:
+        return sorted(self._cache)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    # ------------------------------------------------------------ lifecycle
+    def add_handler(self, handler: Handler[T]) -> None:
+        self._handlers.append(handler)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._stopping = False
+            self._task = asyncio.create_task(self._run(), name=f"informer-{self.resource.plural}")
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(self._synced.wait(), timeout)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.stop()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._close_watch()
+
+    async def _close_watch(self) -> None:
+        if self._watch is not None:
+            watch, self._watch = self._watch, None
+            with contextlib.suppress(Exception):
+                await watch.close()
+
+    # ------------------------------------------------------------ the loop
+    def _key(self, raw: dict[str, Any]) -> str:
+        meta = raw.get("metadata") or {}
+        ns = meta.get("namespace")
+        return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+    def _parse(self, raw: dict[str, Any]) -> T | None:
+        key = self._key(raw)
+        try:
+            obj: T = self.model.model_validate(raw)
+        except ValidationError as e:
+            msg = format_validation_error(e, f"{self.resource.kind or self.resource.plural} {key}")
+            if self.invalid.get(key) != msg:
+                log.warning("ignoring invalid object: %s", msg)
+            self.invalid[key] = msg
+            return None
+        self.invalid.pop(key, None)
+        return obj
+
+    async def _dispatch(self, old: T | None, new: T | None) -> None:
+        for handler in list(self._handlers):
+            try:
+                result = handler(old, new)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("informer %s: handler failed", self.resource.plural)
+
+    async def _list(self) -> None:
+        page = await self.client.list(
+            self.resource, self.namespace, self.label_selector, self.field_selector, limit=self.page_size
+        )
+        self.stats.lists += 1
+        fresh: dict[str, T] = {}
+        seen: set[str] = set()
+        for raw in page.get("items") or []:
+            key = self._key(raw)
+            seen.add(key)
+            obj = self._parse(raw)
+            if obj is not None:
+                fresh[key] = obj
+        for key in list(self.invalid):
+            if key not in seen:
+                del self.invalid[key]
+        old_cache, self._cache = self._cache, dict(fresh)
+        self.resource_version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        for key in sorted(old_cache.keys() - fresh.keys()):
+            await self._dispatch(old_cache[key], None)
+        for key in sorted(fresh):
+            old = old_cache.get(key)
+            if old is None:
+                await self._dispatch(None, fresh[key])
+            elif old.metadata.resource_version != fresh[key].metadata.resource_version:
+                await self._dispatch(old, fresh[key])
+        if not self.has_synced:
+            self.has_synced = True
+            self._synced.set()
+
+    async def _watch_fn(self, **kwargs: Any) -> Any:
+        """Issue the watch request (called by kubernetes-asyncio's Watch, which reads the stream)."""
+        query = {
+            "watch": True,
+            "resourceVersion": kwargs.get("resource_version") or None,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": kwargs.get("timeout_seconds"),
+            "labelSelector": self.label_selector,
+            "fieldSelector": self.field_selector,
+        }
+        return await self.client.raw(
+            "GET",
+            self.resource.path(self.namespace),
+            query,
+            timeout=self.watch_timeout + self.request_timeout,
+        )
+
+    async def _apply(self, event: dict[str, Any]) -> None:
+        etype = event.get("type")
+        raw = event.get("raw_object") or event.get("object")
+        if not isinstance(raw, dict):
+            return
+        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        if etype == "BOOKMARK":
+            self.stats.bookmarks += 1
+            if rv:
+                self.resource_version = rv
+            return
+        key = self._key(raw)
+        old = self._cache.get(key)
+        self.stats.events += 1
+        if etype == "DELETED":
+            self.invalid.pop(key, None)
+            if old is not None:
+                del self._cache[key]
+                await self._dispatch(old, None)
+        elif etype in ("ADDED", "MODIFIED"):
+            new = self._parse(raw)
+            if new is None:
+                if old is not None:  # it became invalid: it is gone from our point of view
+                    del self._cache[key]
+                    await self._dispatch(old, None)
+            else:
+                self._cache[key] = new
+                await self._dispatch(old, new)
+        if rv:
+            self.resource_version = rv
+
+    async def _watch_once(self) -> int:
+        """One watch request until the stream ends; returns the number of events and bookmarks received.
+        Raises ApiException (incl. 410) or connection errors."""
+        self._watch = Watch()
+        self.stats.watches += 1
+        received = 0
+        try:
+            stream = self._watch.stream(
+                self._watch_fn, resource_version=self.resource_version, timeout_seconds=self.watch_timeout
+            )
+            async for event in stream:
+                received += 1
+                await self._apply(event)
+        finally:
+            await self._close_watch()
+        return received
+
+    async def _run(self) -> None:
+        delay = self.backoff_initial
+        failures = 0
+        need_list = True
+        while not self._stopping:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                if await self._watch_once() > 0:
+                    delay = self.backoff_initial
+                    failures = 0
+                    continue
+                # a stream that ended without sending anything: do not spin, back off a little
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except ApiException as e:
+                if e.status == 410:
+                    self.stats.gone += 1
+                    log.info("informer %s: %s; re-listing", self.resource.plural, e.reason)
+                    need_list = True
+                    continue
+                log.warning("informer %s: API error %s %s", self.resource.plural, e.status, e.reason)
+            except Exception as e:  # connection lost, client timeout, malformed stream ...
+                log.warning("informer %s: %s: %s", self.resource.plural, type(e).__name__, e)
+            self.stats.errors += 1
+            failures += 1
+            if failures >= self.relist_after_errors:
+                need_list = True
+                failures = 0
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.backoff_max)
