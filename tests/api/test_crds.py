@@ -256,3 +256,180 @@ def test_resource_name_pattern_agrees_with_the_model() -> None:
         assert not pattern.match(name)
         with pytest.raises(ValueError):
             v1beta1.check_resource_name(name)
+
+
+# ------------------------------------------------------------------ the schema rejects what the model rejects
+# A small evaluator for the schema keywords we emit, plus the CEL rules (cel-expr-python with `self` as
+# dyn). Rules that need the Kubernetes quantity library or oldSelf (transition rules) are not evaluated
+# here; that subset is checked by the model tests and, for syntax, by review against Kueue.
+cel = pytest.importorskip("cel_expr_python.cel")
+_ENV = cel.NewEnv(variables={"self": cel.Type.DYN})
+
+
+def _cel(rule: str, value: Any) -> bool:
+    result = _ENV.compile(rule).eval(_ENV.Activation({"self": value}))
+    assert result.type() == cel.Type.BOOL, f"{rule}: {result.value()}"
+    return bool(result.value())
+
+
+def schema_errors(s: dict[str, Any], v: Any, path: str = "") -> list[str]:
+    """What the API server would reject (for the keywords and rules the generated schemas use)."""
+    out: list[str] = []
+    where = path or "<root>"
+    tp = s.get("type")
+    if s.get("x-kubernetes-int-or-string"):
+        if not isinstance(v, int | str) or (isinstance(v, str) and not re.match(s["pattern"], v)):
+            out.append(f"{where}: not a quantity")
+    elif tp == "object" and not isinstance(v, dict):
+        return [f"{where}: not an object"]
+    elif tp == "array" and not isinstance(v, list):
+        return [f"{where}: not an array"]
+    elif tp == "string" and not isinstance(v, str):
+        return [f"{where}: not a string"]
+    elif tp == "integer" and (not isinstance(v, int) or isinstance(v, bool)):
+        return [f"{where}: not an integer"]
+    if "enum" in s and v not in s["enum"]:
+        out.append(f"{where}: not one of {s['enum']}")
+    if "minimum" in s and v < s["minimum"]:
+        out.append(f"{where}: below minimum")
+    if "maximum" in s and v > s["maximum"]:
+        out.append(f"{where}: above maximum")
+    if "pattern" in s and isinstance(v, str) and not re.search(s["pattern"], v):
+        out.append(f"{where}: does not match pattern")
+    if isinstance(v, list | dict | str):
+        for key in ("maxItems", "maxLength", "maxProperties"):
+            if key in s and len(v) > s[key]:
+                out.append(f"{where}: violates {key}")
+        for key in ("minItems", "minLength", "minProperties"):
+            if key in s and len(v) < s[key]:
+                out.append(f"{where}: violates {key}")
+    if isinstance(v, dict):
+        for req in s.get("required", []):
+            if req not in v:
+                out.append(f"{where}.{req}: required")
+        for name, sub in s.get("properties", {}).items():
+            if name in v:
+                out.extend(schema_errors(sub, v[name], f"{path}.{name}" if path else name))
+        if isinstance(s.get("additionalProperties"), dict):
+            for k, item in v.items():
+                out.extend(schema_errors(s["additionalProperties"], item, f"{where}[{k}]"))
+    if isinstance(v, list) and isinstance(s.get("items"), dict):
+        for i, item in enumerate(v):
+            out.extend(schema_errors(s["items"], item, f"{where}[{i}]"))
+    if not out:
+        for r in s.get("x-kubernetes-validations", []):
+            if "quantity(" in r["rule"] or "oldSelf" in r["rule"]:
+                continue
+            if not _cel(r["rule"], v):
+                out.append(f"{where}: {r['message']}")
+    return out
+
+
+def _examples() -> list[dict[str, Any]]:
+    out = []
+    for p in sorted((ROOT / "examples/queues").glob("*.yaml")):
+        out.extend(d for d in yaml.safe_load_all(p.read_text()) if d)
+    return out
+
+
+def test_the_schema_accepts_every_example() -> None:
+    docs = _examples()
+    assert len(docs) >= 10
+    for d in docs:
+        assert schema_errors(schema(d["kind"]), d) == [], d["metadata"]["name"]
+
+
+def _cq(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "queueing.dra.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "q"},
+        "spec": spec,
+    }
+
+
+def _group(**quota: Any) -> dict[str, Any]:
+    return {
+        "coveredResources": ["gpu.nvidia.com", "gpu.nvidia.com/memory"],
+        "flavors": [
+            {
+                "name": "h200",
+                "resources": [
+                    {"name": "gpu.nvidia.com", "nominalQuota": 4, **quota},
+                    {"name": "gpu.nvidia.com/memory", "nominalQuota": "1Gi"},
+                ],
+            }
+        ],
+    }
+
+
+def _wl(*pod_sets: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "queueing.dra.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": "n"},
+        "spec": {"podSets": list(pod_sets), **spec},
+    }
+
+
+def _ps(name: str = "main", **kw: Any) -> dict[str, Any]:
+    return {"name": name, "template": {"spec": {"containers": []}}, **kw}
+
+
+INVALID = {
+    "borrowingLimit without cohort": _cq({"resourceGroups": [_group(borrowingLimit=1)]}),
+    "lendingLimit without cohort": _cq({"resourceGroups": [_group(lendingLimit=1)]}),
+    "unknown queueingStrategy": _cq({"queueingStrategy": "LIFO"}),
+    "unknown stopPolicy": _cq({"stopPolicy": "Pause"}),
+    "17 resource groups": _cq({"resourceGroups": [_group() for _ in range(17)]}),
+    "resources out of order": _cq(
+        {"resourceGroups": [{**_group(), "coveredResources": ["gpu.nvidia.com/memory", "gpu.nvidia.com"]}]}
+    ),
+    "fewer resources than covered": _cq(
+        {
+            "resourceGroups": [
+                {**_group(), "coveredResources": ["gpu.nvidia.com", "gpu.nvidia.com/memory", "cpu"]}
+            ]
+        }
+    ),
+    "bad resource name": _cq(
+        {
+            "resourceGroups": [
+                {
+                    "coveredResources": ["a//b"],
+                    "flavors": [{"name": "f", "resources": [{"name": "a//b", "nominalQuota": 1}]}],
+                }
+            ]
+        }
+    ),
+    "reclaim Never with borrowWithinCohort": _cq(
+        {"preemption": {"reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "LowerPriority"}}}
+    ),
+    "count < minCount": _wl(_ps(count=2, minCount=3)),
+    "minCount 0": _wl(_ps(count=2, minCount=0)),
+    "negative count": _wl(_ps(count=-1)),
+    "two podSets with minCount": _wl(_ps("a", count=2, minCount=1), _ps("b", count=2, minCount=1)),
+    "no podSets": _wl(),
+    "priorityClassRef without priority": _wl(
+        _ps(), priorityClassRef={"group": "queueing.dra.io", "kind": "WorkloadPriorityClass", "name": "p"}
+    ),
+    "claim with both sources": _wl(
+        _ps(resourceClaims=[{"name": "g", "resourceClaimName": "a", "resourceClaimTemplateName": "b"}])
+    ),
+    "cohort limits without parent": {
+        "apiVersion": "queueing.dra.io/v1beta1",
+        "kind": "Cohort",
+        "metadata": {"name": "c"},
+        "spec": {"resourceGroups": [_group(lendingLimit=1)]},
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_schema_and_model_both_reject(case: str) -> None:
+    from queueing.api.registry import ObjectError, parse_object
+
+    obj = INVALID[case]
+    assert schema_errors(schema(obj["kind"]), obj) != [], f"the CRD schema accepts: {case}"
+    with pytest.raises(ObjectError):
+        parse_object(obj)
