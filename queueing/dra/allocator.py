@@ -288,6 +288,9 @@ def _tolerated(dev: InventoryDevice, tolerations: tuple[DeviceToleration, ...]) 
 class _Candidate:
     dev: InventoryDevice
     capacity: tuple[tuple[str, Fraction], ...]  # consumption for multi-allocation devices
+    # a CEL runtime error on this device: raised only if the search reaches the device (as upstream,
+    # which evaluates selectors lazily), so a fit found earlier is not aborted by a later device
+    error: AllocationError | None = None
 
 
 @dataclass(slots=True)
@@ -564,7 +567,11 @@ class Allocator:
                         f"asks for all devices, but resource pool {dev.key[0]}/{dev.key[1]} {why}",
                     )
                 continue
-            if not self._selected(alt, dev):
+            try:
+                if not self._selected(alt, dev):
+                    continue
+            except AllocationError as e:
+                out.append(_Candidate(dev, (), e))
                 continue
             if self.features.device_taints and dev.taints and not _tolerated(dev, alt.tolerations):
                 continue
@@ -706,6 +713,8 @@ class Allocator:
         s.steps_left -= 1
         if s.steps_left < 0:
             raise _BoundHit()
+        if cand.error is not None:
+            raise cand.error
         dev = cand.dev
         key = dev.key
         usage = s.usage
@@ -868,6 +877,8 @@ class Allocator:
         blocked_counters = 0
         for c in cands:
             d = c.dev
+            if c.error is not None:
+                continue
             if not d.multi and not alt.admin_access and usage.is_taken(d.key):
                 continue
             if not alt.admin_access:
@@ -889,11 +900,13 @@ class Allocator:
         if not alt.all_mode and free >= need:
             return None
         on_node = self.inventory.devices_on(node)
-        in_class = sum(
-            1
-            for d in on_node
-            if d.pool_ok and all(self.cache.matches(s, d) for s in self._class_selectors[alt.class_name])
-        )
+        in_class = 0
+        for d in self.inventory.devices_on(node):
+            try:
+                if d.pool_ok and all(self.cache.matches(s, d) for s in self._class_selectors[alt.class_name]):
+                    in_class += 1
+            except AllocationError:
+                continue
         parts = [
             f"{need} device{'s' if need != 1 else ''} of class {alt.class_name} needed"
             + (" (All)" if alt.all_mode else ""),
