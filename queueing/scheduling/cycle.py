@@ -372,7 +372,7 @@ def run_cycle(
             ),
             default=0,
         )
-        if steps and not out.hard:
+        if steps:
             best: Assignment | None = None
             lo, hi = 1, steps
             got = assigner.try_assign(cq, wl, _reduced_counts(wl, hi, steps), tree, state)
