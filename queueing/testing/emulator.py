@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import copy
+import functools
 import json
 import logging
 from collections import Counter
@@ -265,7 +267,7 @@ class Emulator:
         names = []
         crd_rt = self.store.types[CRD_KEY]
         for path in sorted(Path(crds_dir).glob("*.y*ml")):
-            for doc in yaml.safe_load_all(path.read_text()):
+            for doc in copy.deepcopy(_load_yaml(path.read_text())):
                 if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                     try:
                         self.store.create(crd_rt, None, doc)
@@ -673,6 +675,12 @@ class Emulator:
             self._watches.pop(w, None)
             self.store.unwatch(w)
         return resp
+
+
+@functools.lru_cache(maxsize=64)
+def _load_yaml(text: str) -> list[Any]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return list(yaml.load_all(text, Loader=loader))
 
 
 def _gv(rt: ResourceType, version: str) -> str:
