@@ -518,7 +518,7 @@ class Allocator:
 
     # ---- static candidates per (request shape, node) ---------------------------------------
     def _selected(self, alt: Alternative, dev: InventoryDevice) -> bool:
-        if dev.consumes and not self.features.partitionable_devices:
+        if dev.uses_counters and not self.features.partitionable_devices:
             return False
         if dev.multi and not self.features.consumable_capacity:
             return False

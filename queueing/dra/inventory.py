@@ -76,6 +76,7 @@ class InventoryDevice:
     consumes: tuple[tuple[CounterKey, Fraction], ...]
     multi: bool  # allowMultipleAllocations
     binds_to_node: bool
+    uses_counters: bool  # publishes consumesCounters (a partition of a partitionable device)
     pool_ok: bool  # pool complete and valid
 
     @property
@@ -309,6 +310,7 @@ class Inventory:
                         consumes=tuple(consumes),
                         multi=multi,
                         binds_to_node=bool(dev.binds_to_node),
+                        uses_counters=bool(dev.consumes_counters),
                         pool_ok=False,  # fixed below once validity is known
                     )
                 )
@@ -404,5 +406,6 @@ def _ghost(key: DeviceKey) -> InventoryDevice:
         consumes=(),
         multi=False,
         binds_to_node=False,
+        uses_counters=False,
         pool_ok=False,
     )

@@ -54,7 +54,9 @@ def _subset(expected: Any, actual: Any, path: str = "") -> None:
             assert k in actual, f"{path}.{k}: missing in {actual!r}"
             _subset(v, actual[k], f"{path}.{k}")
     elif isinstance(expected, list):
-        assert isinstance(actual, list) and len(actual) == len(expected), f"{path}: {actual!r} != {expected!r}"
+        assert isinstance(actual, list) and len(actual) == len(expected), (
+            f"{path}: {actual!r} != {expected!r}"
+        )
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             _subset(e, a, f"{path}[{i}]")
     else:
@@ -62,7 +64,9 @@ def _subset(expected: Any, actual: Any, path: str = "") -> None:
 
 
 @pytest.mark.parametrize(("group", "doc", "case"), _load_cases())
-def test_allocate_case(group: str, doc: dict[str, Any], case: dict[str, Any], tmp_path: Path, capsys: Any) -> None:
+def test_allocate_case(
+    group: str, doc: dict[str, Any], case: dict[str, Any], tmp_path: Path, capsys: Any
+) -> None:
     objects: list[Any] = []
     for inc in doc.get("include", []) + case.get("include", []):
         objects.extend(_include(inc))
@@ -110,9 +114,15 @@ def test_allocate_case(group: str, doc: dict[str, Any], case: dict[str, Any], tm
         _subset(sub, by_key[key], key)
     # invariant over every allocated case: no device twice (outside adminAccess/shared capacity)
     seen: set[tuple[str, str, str]] = set()
+    shares: set[tuple[str, str, str, str]] = set()
     for c in result["claims"]:
         for r in c["allocation"]["devices"]["results"]:
-            if r.get("adminAccess") or r.get("shareID"):
+            if "consumedCapacity" in r:  # a share of a multi-allocation device has a unique shareID
+                share = (r["driver"], r["pool"], r["device"], r["shareID"])
+                assert share not in shares, f"shareID {share} used twice"
+                shares.add(share)
+                continue
+            if r.get("adminAccess"):
                 continue
             k = (r["driver"], r["pool"], r["device"])
             assert k not in seen, f"device {k} allocated twice"
