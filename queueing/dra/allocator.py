@@ -899,7 +899,6 @@ class Allocator:
             return None
         if not alt.all_mode and free >= need:
             return None
-        on_node = self.inventory.devices_on(node)
         in_class = 0
         for d in self.inventory.devices_on(node):
             try:
