@@ -133,6 +133,32 @@ def _reduced_counts(wl: WorkloadInfo, k: int, steps: int) -> dict[str, int]:
     return out
 
 
+def _shape(wl: WorkloadInfo) -> tuple[object, ...]:
+    """What decides whether a workload fits, apart from priority and identity."""
+    req = wl.placement_request
+    try:
+        hash(req)
+        rkey: object = req
+    except TypeError:
+        rkey = repr(req)
+    return (
+        wl.queue_key,
+        rkey,
+        tuple(
+            (
+                ps.name,
+                ps.count,
+                ps.min_count,
+                tuple(sorted(ps.requests.items())),
+                tuple(sorted(ps.device_requests.items())),
+                tuple(sorted(ps.node_selector.items())),
+                ps.tolerations,
+            )
+            for ps in wl.pod_sets
+        ),
+    )
+
+
 def run_cycle(
     snapshot: ClusterSnapshot, placer: Placer[Any], now: float, config: SchedulingConfig | None = None
 ) -> CycleResult:
@@ -281,6 +307,15 @@ def run_cycle(
     admissions: list[Admission] = []
     plans: list[PreemptionPlan] = []
     taken: set[str] = set()  # victims planned this cycle
+    failed: dict[tuple[str, tuple[object, ...]], tuple[int, str]] = {}
+    shapes: dict[str, tuple[object, ...]] = {}
+
+    def shape_of(w: WorkloadInfo) -> tuple[object, ...]:
+        got = shapes.get(w.key)
+        if got is None:
+            got = shapes[w.key] = _shape(w)
+        return got
+
     pos = dict.fromkeys(queues, 0)
     keys: dict[str, tuple[Any, ...]] = {}
     dirty_roots: set[str] | None = None  # None: everything
@@ -298,6 +333,17 @@ def run_cycle(
             rest = sorted(lst[pos[name] :], key=lambda w: within_key(cqs[name], w))
             queues[name] = lst[: pos[name]] + rest
         keys.pop(name, None)
+        if cqs[name].queueing_strategy == "StrictFIFO":
+            return
+        # skip what is known not to fit without computing its ordering key
+        lst = queues[name]
+        while pos[name] < len(lst):
+            w = lst[pos[name]]
+            seen = failed.get((name, shape_of(w)))
+            if seen is None or seen[0] < w.priority:
+                break
+            pending[w.key] = PendingReason(w.key, name, "Pending", seen[1])
+            pos[name] += 1
 
     def block(name: str, head: WorkloadInfo) -> None:
         lst = queues[name]
@@ -334,6 +380,17 @@ def run_cycle(
         picked = current(name)
         assert picked is not None
         wl = picked
+        # capacity only shrinks during a cycle: a workload shaped like one that already failed
+        # here, with no higher priority, fails the same way
+        shape = shape_of(wl)
+        seen = failed.get((name, shape))
+        if seen is not None and seen[0] >= wl.priority:
+            pending[wl.key] = PendingReason(wl.key, name, "Pending", seen[1])
+            if cq.queueing_strategy == "StrictFIFO":
+                block(name, wl)
+            else:
+                advance(name)
+            continue
         full = {ps.name: ps.count for ps in wl.pod_sets}
         out = assigner.try_assign(cq, wl, full, tree, state)
         if out.assignment is not None:
@@ -395,6 +452,7 @@ def run_cycle(
                 advance(name)
                 continue
         pending[wl.key] = PendingReason(wl.key, name, "Pending", out.message)
+        failed[(name, shape)] = (wl.priority, out.message)
         if cq.queueing_strategy == "StrictFIFO":
             block(name, wl)
         else:

@@ -49,7 +49,9 @@ def gpu_cq(
     resource: str = "gpu",
     **kw: object,
 ) -> ClusterQueueSpec:
-    group = ResourceGroup((resource,), (FlavorQuotas(flavor, {resource: quota(nominal, borrowing, lending)}),))
+    group = ResourceGroup(
+        (resource,), (FlavorQuotas(flavor, {resource: quota(nominal, borrowing, lending)}),)
+    )
     return ClusterQueueSpec(name=name, resource_groups=(group,), cohort=cohort, **kw)  # type: ignore[arg-type]
 
 
@@ -180,7 +182,9 @@ class Driver:
         # device-seconds until the next tick
         for a in self.admitted.values():
             g = sum(float(v) for (_, r), v in a.usage.items() if r == "gpu")
-            self.device_seconds[a.cluster_queue] = self.device_seconds.get(a.cluster_queue, 0.0) + g * self.step
+            self.device_seconds[a.cluster_queue] = (
+                self.device_seconds.get(a.cluster_queue, 0.0) + g * self.step
+            )
         self.now += self.step
         return res
 

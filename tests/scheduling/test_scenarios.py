@@ -242,7 +242,10 @@ def test_lending_limit_keeps_guaranteed_quota() -> None:
     # b's guaranteed 16 (nominal - lendingLimit) stay usable although a borrowed all that b lends;
     # the lent 8 would have to be reclaimed
     assert [x.key for x in res2.admissions] == ["default/b0", "default/b1"]
-    assert res2.pending["default/b2"].message == "insufficient unused quota for gpu in flavor default, 8 more needed"
+    assert (
+        res2.pending["default/b2"].message
+        == "insufficient unused quota for gpu in flavor default, 8 more needed"
+    )
 
 
 def test_hierarchical_cohort_with_own_quota() -> None:
@@ -263,7 +266,9 @@ def test_cycle_in_cohort_tree_disables_members() -> None:
     ok = gpu_cq("ok", 8)
     wl = job("w", 1, queue="lq-a")
     wl2 = job("w2", 1, queue="lq-ok")
-    res = run_cycle(snapshot([a, ok], [lq("lq-a", "a"), lq("lq-ok", "ok")], [wl, wl2], cohorts=cohorts), placer, 0.0)
+    res = run_cycle(
+        snapshot([a, ok], [lq("lq-a", "a"), lq("lq-ok", "ok")], [wl, wl2], cohorts=cohorts), placer, 0.0
+    )
     assert "cycle" in res.inactive_cluster_queues["a"]
     assert "x -> y -> x" in res.inactive_cluster_queues["a"]
     assert res.pending[wl.key].reason == "Inadmissible"
@@ -285,7 +290,11 @@ def test_more_than_one_head_per_cluster_queue_per_cycle() -> None:
 def test_priority_then_creation_order() -> None:
     placer = CountingPlacer(nodes(1))
     cq = gpu_cq("cq", 8)
-    wls = [job("old-low", 8, t=0.0), job("new-high", 8, priority=5, t=5.0), job("old-high", 8, priority=5, t=1.0)]
+    wls = [
+        job("old-low", 8, t=0.0),
+        job("new-high", 8, priority=5, t=5.0),
+        job("old-high", 8, priority=5, t=1.0),
+    ]
     res = run_cycle(snapshot([cq], [lq("lq-a", "cq")], wls), placer, 10.0)
     assert [x.key for x in res.admissions] == ["default/old-high"]
 
@@ -379,7 +388,9 @@ def test_flavor_taints_need_tolerations() -> None:
     flavors = [FlavorSpec("spot", {"pool": "spot"}, (Taint("spot", "true"),))]
     cq = gpu_cq("cq", 8, flavor="spot")
     plain = job("plain", 1)
-    tol = PodSetInfo("main", 1, device_requests={"gpu": F(1)}, tolerations=(Toleration("spot", "Equal", "true"),))
+    tol = PodSetInfo(
+        "main", 1, device_requests={"gpu": F(1)}, tolerations=(Toleration("spot", "Equal", "true"),)
+    )
     tolerant = job("tolerant", 1)
     from dataclasses import replace
 
@@ -419,7 +430,10 @@ def test_device_capacity_charges_are_quota() -> None:
     res = run_cycle(snapshot([cq], [lq("lq-a", "cq")], wls), placer, 0.0)
     (adm,) = res.admissions
     assert adm.assignment.usage == {("default", "gpu"): 2, ("default", "gpu/memory"): 282}
-    assert "insufficient unused quota for gpu/memory in flavor default, 123 more needed" == res.pending["default/b"].message
+    assert (
+        res.pending["default/b"].message
+        == "insufficient unused quota for gpu/memory in flavor default, 123 more needed"
+    )
 
 
 def test_uncovered_resource_is_inadmissible() -> None:
@@ -438,7 +452,9 @@ def test_fair_sharing_weights_1_to_3_give_1_to_3_device_seconds() -> None:
     pool = (ResourceGroup(("gpu",), (FlavorQuotas("default", {"gpu": _q(16)}),)),)
     a = gpu_cq("a", 0, cohort="co", fair_weight=F(1))
     b = gpu_cq("b", 0, cohort="co", fair_weight=F(3))
-    base = snapshot([a, b], [lq("lq-a", "a"), lq("lq-b", "b")], cohorts=[CohortSpec("co", resource_groups=pool)])
+    base = snapshot(
+        [a, b], [lq("lq-a", "a"), lq("lq-b", "b")], cohorts=[CohortSpec("co", resource_groups=pool)]
+    )
     d = Driver(base, placer, step=1.0)
     for i in range(400):  # a deep backlog in both queues, 1-GPU jobs of 10 s
         d.submit(job(f"a{i}", 1, queue="lq-a", t=0.0), 10.0)
@@ -477,8 +493,11 @@ def test_fair_sharing_preemption_takes_from_highest_share() -> None:
         [a, c],
         [lq("lq-a", "a"), lq("lq-c", "c")],
         [pre],
-        [running(job("c0", 8, queue="lq-c"), "c", [("n3", 8)]), running(job("c1", 8, queue="lq-c"), "c", [("n1", 8)]),
-         running(job("c2", 8, queue="lq-c"), "c", [("n2", 8)])],
+        [
+            running(job("c0", 8, queue="lq-c"), "c", [("n3", 8)]),
+            running(job("c1", 8, queue="lq-c"), "c", [("n1", 8)]),
+            running(job("c2", 8, queue="lq-c"), "c", [("n2", 8)]),
+        ],
         cohorts=[CohortSpec("co", resource_groups=pool)],
     )
     res2 = run_cycle(snap2, placer, 10.0)
@@ -492,7 +511,9 @@ def test_zero_weight_queue_goes_last() -> None:
     a = gpu_cq("a", 0, cohort="co", fair_weight=F(0))
     b = gpu_cq("b", 0, cohort="co")
     wls = [job("a0", 8, queue="lq-a", priority=100, t=0), job("b0", 8, queue="lq-b", t=5)]
-    snap = snapshot([a, b], [lq("lq-a", "a"), lq("lq-b", "b")], wls, cohorts=[CohortSpec("co", resource_groups=pool)])
+    snap = snapshot(
+        [a, b], [lq("lq-a", "a"), lq("lq-b", "b")], wls, cohorts=[CohortSpec("co", resource_groups=pool)]
+    )
     res = run_cycle(snap, placer, 10.0)
     assert [x.key for x in res.admissions] == ["default/b0"]
 
@@ -502,7 +523,11 @@ def test_admission_fair_sharing_prefers_local_queue_with_less_usage() -> None:
 
     placer = CountingPlacer(nodes(1))
     cq = gpu_cq("cq", 8, admission_fair_sharing=True)
-    wls = [job("x0", 4, queue="lq-x", priority=10, t=0), job("y0", 4, queue="lq-y", t=5), job("x1", 4, queue="lq-x", t=1)]
+    wls = [
+        job("x0", 4, queue="lq-x", priority=10, t=0),
+        job("y0", 4, queue="lq-y", t=5),
+        job("x1", 4, queue="lq-x", t=1),
+    ]
     cfg = SchedulingConfig(admission_fair_sharing=AdmissionFairSharingConfig(usage_half_life_time=600))
     snap = snapshot(
         [cq],
