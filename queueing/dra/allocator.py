@@ -300,7 +300,8 @@ class _Search:
     usage: Usage
     node: Node | None
     steps_left: int
-    in_claim: dict[DeviceKey, int] = field(default_factory=dict)  # picks in this attempt
+    # picks per (claim index, device): a claim never lists a device twice
+    in_claim: dict[tuple[int, DeviceKey], int] = field(default_factory=dict)
     picks: list[tuple[int, Alternative, Pick]] = field(default_factory=list)
     # per claim, per constraint: values of the devices picked so far
     cvals: list[list[list[AttrValue]]] = field(default_factory=list)
@@ -719,7 +720,7 @@ class Allocator:
         key = dev.key
         usage = s.usage
         if not dev.multi:
-            if s.in_claim.get(key):
+            if s.in_claim.get((ci, key)):
                 return False
             if not alt.admin_access and usage.is_taken(key):
                 return False
@@ -753,7 +754,7 @@ class Allocator:
             dev, alt.request, alt.admin_access, () if alt.admin_access else dev.consumes, cand.capacity
         )
         usage.take(pick)
-        s.in_claim[key] = s.in_claim.get(key, 0) + 1
+        s.in_claim[(ci, key)] = s.in_claim.get((ci, key), 0) + 1
         s.picks.append((ci, alt, pick))
         return True
 
@@ -761,12 +762,12 @@ class Allocator:
         while len(s.picks) > mark:
             _, alt, pick = s.picks.pop()
             s.usage.give_back(pick)
-            key = pick.device.key
-            n = s.in_claim[key] - 1
+            ik = (ci, pick.device.key)
+            n = s.in_claim[ik] - 1
             if n:
-                s.in_claim[key] = n
+                s.in_claim[ik] = n
             else:
-                del s.in_claim[key]
+                del s.in_claim[ik]
             for k, con in enumerate(pc.constraints):
                 if con.applies(alt):
                     s.cvals[ci][k].pop()

@@ -1,0 +1,210 @@
+"""Property tests: the allocator's answers are valid, and its "no" agrees with brute force.
+
+Small random worlds: one node, up to six devices with an int attribute ``a``, some consuming a shared
+counter, some already allocated; one or two claims with one or two requests each, selectors on ``a``,
+optional matchAttribute/distinctAttribute constraints and adminAccess. A brute-force search over all
+device combinations is the oracle.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from dra_helpers import claim, device_class
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from queueing.api.core import Node
+from queueing.api.resource import ResourceClaim, ResourceSlice
+from queueing.dra.allocator import Allocator, SelectorCache
+from queueing.dra.inventory import Inventory
+
+DRIVER = "x.example.com"
+NODE = Node.model_validate({"metadata": {"name": "n"}})
+CLASS = device_class("c", f'device.driver == "{DRIVER}"')
+CACHE = SelectorCache()  # shared: compiled expressions and memo are keyed by content
+
+
+@dataclass(frozen=True)
+class Dev:
+    a: int
+    uses: int  # units of the shared counter
+    taken: bool
+
+
+@dataclass(frozen=True)
+class Req:
+    count: int
+    op: str  # "any", "==", ">="
+    k: int
+    admin: bool
+
+    def expr(self) -> str | None:
+        if self.op == "any":
+            return None
+        return f'device.attributes["{DRIVER}"].a {self.op} {self.k}'
+
+    def ok(self, d: Dev) -> bool:
+        return self.op == "any" or (d.a == self.k if self.op == "==" else d.a >= self.k)
+
+
+@dataclass(frozen=True)
+class Claim:
+    reqs: tuple[Req, ...]
+    constraint: str | None  # None, "match", "distinct"
+
+
+devs_st = st.lists(
+    st.builds(Dev, a=st.integers(0, 2), uses=st.integers(0, 2), taken=st.booleans()), min_size=1, max_size=6
+)
+req_st = st.builds(
+    Req,
+    count=st.integers(1, 3),
+    op=st.sampled_from(["any", "==", ">="]),
+    k=st.integers(0, 2),
+    admin=st.sampled_from([False, False, False, True]),
+)
+claim_st = st.builds(
+    Claim,
+    reqs=st.lists(req_st, min_size=1, max_size=2).map(tuple),
+    constraint=st.sampled_from([None, "match", "distinct"]),
+)
+
+
+def world(devs: list[Dev], total: int) -> tuple[list[ResourceSlice], list[ResourceClaim]]:
+    devices: list[dict[str, Any]] = []
+    for i, d in enumerate(devs):
+        dev: dict[str, Any] = {"name": f"d{i}", "attributes": {"a": {"int": d.a}}}
+        if d.uses:
+            dev["consumesCounters"] = [{"counterSet": "cs", "counters": {"u": {"value": str(d.uses)}}}]
+        devices.append(dev)
+    s = ResourceSlice.model_validate(
+        {
+            "metadata": {"name": "s"},
+            "spec": {
+                "driver": DRIVER,
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                "nodeName": "n",
+                "sharedCounters": [{"name": "cs", "counters": {"u": {"value": str(total)}}}],
+                "devices": devices,
+            },
+        }
+    )
+    results = [
+        {"request": "r", "driver": DRIVER, "pool": "p", "device": f"d{i}"}
+        for i, d in enumerate(devs)
+        if d.taken
+    ]
+    used = ResourceClaim.model_validate(
+        {
+            "metadata": {"name": "used", "namespace": "o"},
+            "status": {"allocation": {"devices": {"results": results}}},
+        }
+    )
+    return [s], [used] if results else []
+
+
+def to_claims(claims: list[Claim]) -> list[ResourceClaim]:
+    out = []
+    for ci, c in enumerate(claims):
+        reqs = []
+        for ri, r in enumerate(c.reqs):
+            body: dict[str, Any] = {"deviceClassName": "c", "count": r.count}
+            if r.expr():
+                body["selectors"] = [{"cel": {"expression": r.expr()}}]
+            if r.admin:
+                body["adminAccess"] = True
+            reqs.append({"name": f"r{ri}", "exactly": body})
+        cons = None
+        if c.constraint == "match":
+            cons = [{"matchAttribute": f"{DRIVER}/a"}]
+        elif c.constraint == "distinct":
+            cons = [{"distinctAttribute": f"{DRIVER}/a"}]
+        out.append(claim(f"c{ci}", reqs, cons))
+    return out
+
+
+def brute_force(devs: list[Dev], total: int, claims: list[Claim]) -> bool:
+    """Is there any assignment? Exhaustive over combinations per request."""
+    slots = [(ci, r) for ci, c in enumerate(claims) for r in c.reqs]
+
+    def rec(i: int, used: frozenset[int], counter: int, picked: dict[int, list[int]]) -> bool:
+        if i == len(slots):
+            for ci, c in enumerate(claims):
+                vals = [devs[d].a for d in picked.get(ci, [])]
+                if c.constraint == "match" and len(set(vals)) > 1:
+                    return False
+                if c.constraint == "distinct" and len(set(vals)) != len(vals):
+                    return False
+            return True
+        ci, r = slots[i]
+        in_claim = set(picked.get(ci, []))
+        cands = [
+            j
+            for j, d in enumerate(devs)
+            if r.ok(d) and j not in in_claim and (r.admin or (not d.taken and j not in used))
+        ]
+        for combo in itertools.combinations(cands, r.count):
+            extra = 0 if r.admin else sum(devs[j].uses for j in combo)
+            if extra and counter + extra > total:  # only devices that consume counters are checked
+                continue
+            new_used = used if r.admin else used | frozenset(combo)
+            p2 = dict(picked)
+            p2[ci] = [*picked.get(ci, []), *combo]
+            if rec(i + 1, new_used, counter + extra, p2):
+                return True
+        return False
+
+    base = sum(d.uses for d in devs if d.taken)
+    return rec(0, frozenset(), base, {})
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(devs=devs_st, total=st.integers(0, 6), claims=st.lists(claim_st, min_size=1, max_size=2))
+def test_allocator_is_sound_and_complete(devs: list[Dev], total: int, claims: list[Claim]) -> None:
+    slices, in_use = world(devs, total)
+    inv = Inventory(slices)
+    alloc = Allocator(inv, [CLASS], cache=CACHE)
+    usage = inv.usage(in_use)
+    before = (dict(usage.devices), dict(usage.counters))
+    outcome = alloc.allocate(to_claims(claims), [NODE], usage)
+    assert (dict(usage.devices), dict(usage.counters)) == before, "allocate() must not change usage"
+    expected = brute_force(devs, total, claims)
+    assert outcome.allocated == expected
+    if not outcome.allocated:
+        assert outcome.reason()
+        return
+    # soundness: every result satisfies selectors, constraints, exclusivity and counters
+    exclusive: set[str] = {f"d{i}" for i, d in enumerate(devs) if d.taken}
+    counter = sum(d.uses for d in devs if d.taken)
+    for c, ca in zip(claims, outcome.claims, strict=True):
+        results = ca.allocation.devices.results if ca.allocation.devices else []
+        assert results is not None
+        assert len(results) == sum(r.count for r in c.reqs)
+        vals = []
+        seen_in_claim: set[str] = set()
+        for res in results:
+            r = c.reqs[int(res.request[1:])]
+            d = devs[int(res.device[1:])]
+            assert r.ok(d), f"{res.device} violates the selector of {res.request}"
+            assert res.device not in seen_in_claim
+            seen_in_claim.add(res.device)
+            vals.append(d.a)
+            assert bool(res.admin_access) == r.admin
+            if not r.admin:
+                assert res.device not in exclusive, f"{res.device} allocated twice"
+                exclusive.add(res.device)
+                counter += d.uses
+        if c.constraint == "match":
+            assert len(set(vals)) == 1
+        if c.constraint == "distinct":
+            assert len(set(vals)) == len(vals)
+    # counters never go negative: what is consumed fits the total (when the in-use claims fit it)
+    if sum(d.uses for d in devs if d.taken) <= total:
+        assert counter <= total
+    else:
+        assert counter == sum(d.uses for d in devs if d.taken)
+    assert all(v >= Fraction(0) for v in inv.counters.values())
