@@ -15,7 +15,9 @@ import asyncio
 import sys
 from datetime import UTC, datetime
 
-HELP = "Print an admin report from the ledger (usage vs quota, device-hours, wait times, evictions, fair share)."
+HELP = (
+    "Print an admin report from the ledger (usage vs quota, device-hours, wait times, evictions, fair share)."
+)
 
 _SHORTCUTS = {"cluster_queue": "cluster-queue", "namespace": "namespace", "cohort": "cohort"}
 
@@ -23,14 +25,20 @@ _SHORTCUTS = {"cluster_queue": "cluster-queue", "namespace": "namespace", "cohor
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", help="report name (see --list)")
     parser.add_argument("--list", action="store_true", help="print the report names, one a line")
-    parser.add_argument("--url", help="database URL (default: $QUEUEING_DATABASE_URL, else the SQLite default)")
+    parser.add_argument(
+        "--url", help="database URL (default: $QUEUEING_DATABASE_URL, else the SQLite default)"
+    )
     parser.add_argument("--since", type=_time, help="from this time (ISO 8601; UTC if no zone)")
     parser.add_argument("--until", type=_time, help="before this time (ISO 8601; UTC if no zone)")
     parser.add_argument("-o", "--output", choices=("table", "csv", "json"), default="table")
     for col, opt in _SHORTCUTS.items():
         parser.add_argument(f"--{opt}", dest=f"f_{col}", metavar="NAME", help=f"only rows with this {col}")
     parser.add_argument(
-        "--where", action="append", default=[], metavar="COLUMN=VALUE", help="only rows where COLUMN equals VALUE"
+        "--where",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="only rows where COLUMN equals VALUE",
     )
 
 

@@ -24,7 +24,9 @@ from queueing.ledger import models as m
 from queueing.ledger.repository import Ledger
 from queueing.ledger.types import MS_PER_DAY, quantity_from_number, to_ms
 
-Key = tuple[int, str, str, str, str, str, str]  # day, metric, namespace, local queue, cluster queue, flavor, resource
+Key = tuple[
+    int, str, str, str, str, str, str
+]  # day, metric, namespace, local queue, cluster queue, flavor, resource
 ZERO = Quantity.from_value(0)
 
 
@@ -69,8 +71,16 @@ async def _sums_sql(c: AsyncConnection, in_scope: Any) -> dict[Key, tuple[Quanti
     weighted = delta * ((day_no + 1) * MS_PER_DAY - j.at_ms)
     q = (
         select(
-            day, j.metric, j.namespace, j.local_queue, j.cluster_queue, j.flavor, j.resource,
-            func.sum(delta).label("net"), func.sum(weighted).label("weighted"), func.count().label("n"),
+            day,
+            j.metric,
+            j.namespace,
+            j.local_queue,
+            j.cluster_queue,
+            j.flavor,
+            j.resource,
+            func.sum(delta).label("net"),
+            func.sum(weighted).label("weighted"),
+            func.count().label("n"),
         )
         .where(in_scope)
         .group_by(day, j.metric, j.namespace, j.local_queue, j.cluster_queue, j.flavor, j.resource)
@@ -86,8 +96,17 @@ async def _sums_python(c: AsyncConnection, in_scope: Any) -> dict[Key, tuple[Qua
     j = m.JournalEntry
     out: dict[Key, tuple[Quantity, Quantity, int]] = {}
     result = await c.stream(
-        select(j.at_ms, j.kind, j.metric, j.namespace, j.local_queue, j.cluster_queue, j.flavor, j.resource,
-               j.amount).where(in_scope)
+        select(
+            j.at_ms,
+            j.kind,
+            j.metric,
+            j.namespace,
+            j.local_queue,
+            j.cluster_queue,
+            j.flavor,
+            j.resource,
+            j.amount,
+        ).where(in_scope)
     )
     async for r in result:
         day = r.at_ms // MS_PER_DAY
@@ -111,19 +130,31 @@ async def _merge(c: AsyncConnection, sums: dict[Key, tuple[Quantity, Quantity, i
         old = existing.get(key)
         if old is None:
             new_rows.append(
-                dict(zip(("day", "metric", "namespace", "local_queue", "cluster_queue", "flavor", "resource"),
-                         key, strict=True))
+                dict(
+                    zip(
+                        ("day", "metric", "namespace", "local_queue", "cluster_queue", "flavor", "resource"),
+                        key,
+                        strict=True,
+                    )
+                )
                 | {"net_amount": net, "weighted_ms": weighted, "events": n}
             )
         else:
             await c.execute(
                 update(d)
                 .where(
-                    d.day == key[0], d.metric == key[1], d.namespace == key[2], d.local_queue == key[3],
-                    d.cluster_queue == key[4], d.flavor == key[5], d.resource == key[6],
+                    d.day == key[0],
+                    d.metric == key[1],
+                    d.namespace == key[2],
+                    d.local_queue == key[3],
+                    d.cluster_queue == key[4],
+                    d.flavor == key[5],
+                    d.resource == key[6],
                 )
                 .values(
-                    net_amount=old.net_amount + net, weighted_ms=old.weighted_ms + weighted, events=old.events + n
+                    net_amount=old.net_amount + net,
+                    weighted_ms=old.weighted_ms + weighted,
+                    events=old.events + n,
                 )
             )
     for chunk in _chunks(new_rows, 1000):

@@ -92,7 +92,9 @@ class ForgetWorkload:
     workload_uid: str
 
 
-Action = ReleaseAdmission | EvictAdmission | ApplyAdmission | RevokeAdmission | RecordWorkload | ForgetWorkload
+Action = (
+    ReleaseAdmission | EvictAdmission | ApplyAdmission | RevokeAdmission | RecordWorkload | ForgetWorkload
+)
 
 
 def reconcile(
@@ -117,7 +119,9 @@ def reconcile(
     return actions
 
 
-def _admitted_in_ledger(adm: ActiveAdmission, obs: ObservedWorkload | None, cluster: ObservedCluster) -> list[Action]:
+def _admitted_in_ledger(
+    adm: ActiveAdmission, obs: ObservedWorkload | None, cluster: ObservedCluster
+) -> list[Action]:
     uid = adm.workload_uid
     if obs is None:
         return [ReleaseAdmission(uid, "WorkloadDeleted", "deleted")]
@@ -126,7 +130,10 @@ def _admitted_in_ledger(adm: ActiveAdmission, obs: ObservedWorkload | None, clus
     if obs.phase == "evicted":
         return [ReleaseAdmission(uid, obs.reason or "Evicted", "pending")]
     if obs.phase in ("admitted", "running") and obs.cluster_queue not in (None, adm.cluster_queue):
-        return [ReleaseAdmission(uid, "AdmissionMismatch", "pending"), RevokeAdmission(uid, obs.namespace, obs.name)]
+        return [
+            ReleaseAdmission(uid, "AdmissionMismatch", "pending"),
+            RevokeAdmission(uid, obs.namespace, obs.name),
+        ]
     lost = sorted(adm.nodes - cluster.nodes)
     if lost and not obs.pods_running:
         return [EvictAdmission(uid, "NodeLost", f"planned node(s) {', '.join(lost)} no longer exist")]

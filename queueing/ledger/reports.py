@@ -113,8 +113,16 @@ SELECT cluster_queue, cohort, flavor, resource, nominal, borrowing_limit, lendin
 FROM c
 """,
     columns=(
-        "cluster_queue", "cohort", "flavor", "resource", "nominal", "borrowing_limit", "lending_limit",
-        "usage", "borrowed", "lent",
+        "cluster_queue",
+        "cohort",
+        "flavor",
+        "resource",
+        "nominal",
+        "borrowing_limit",
+        "lending_limit",
+        "usage",
+        "borrowed",
+        "lent",
     ),
     order_by=("cluster_queue", "flavor", "resource"),
     filters=("cluster_queue", "cohort", "flavor", "resource"),
@@ -256,7 +264,13 @@ SELECT victim_cluster_queue, COALESCE(preemptor_cluster_queue, '') AS preemptor_
 FROM evictions WHERE {_TIME_BOUNDS.format(col="evicted_at_ms")}
 GROUP BY victim_cluster_queue, COALESCE(preemptor_cluster_queue, '')
 """,
-    columns=("victim_cluster_queue", "preemptor_cluster_queue", "evictions", "planned_devices", "freed_devices"),
+    columns=(
+        "victim_cluster_queue",
+        "preemptor_cluster_queue",
+        "evictions",
+        "planned_devices",
+        "freed_devices",
+    ),
     order_by=("victim_cluster_queue", "preemptor_cluster_queue"),
     filters=("victim_cluster_queue", "preemptor_cluster_queue"),
     time="bounds",
@@ -293,8 +307,15 @@ SELECT cohort, cluster_queue, weight,
 FROM r WHERE rn = 1
 """,
     columns=(
-        "cohort", "cluster_queue", "weight", "dominant_flavor", "dominant_resource", "borrowed",
-        "cohort_lendable", "dominant_share", "weighted_share",
+        "cohort",
+        "cluster_queue",
+        "weight",
+        "dominant_flavor",
+        "dominant_resource",
+        "borrowed",
+        "cohort_lendable",
+        "dominant_share",
+        "weighted_share",
     ),
     order_by=("cohort", "cluster_queue"),
     filters=("cohort", "cluster_queue"),
@@ -347,8 +368,10 @@ def _replace_call(sql: str, marker: str, open_: str, close: str) -> str:
 
 def view_sql(report: Report, dialect: str) -> str:
     """The view body: the report without time bounds."""
-    return render_sql(report, dialect).replace("CAST(:since_ms AS BIGINT)", "CAST(NULL AS BIGINT)").replace(
-        "CAST(:until_ms AS BIGINT)", "CAST(NULL AS BIGINT)"
+    return (
+        render_sql(report, dialect)
+        .replace("CAST(:since_ms AS BIGINT)", "CAST(NULL AS BIGINT)")
+        .replace("CAST(:until_ms AS BIGINT)", "CAST(NULL AS BIGINT)")
     )
 
 
@@ -452,10 +475,14 @@ def format_rows(result: ReportResult, fmt: str) -> str:
 
     cols = list(result.columns)
     if fmt == "json":
+
         def enc(v: Any) -> Any:
             return float(v) if isinstance(v, Decimal) else v
 
-        return json.dumps([{c: enc(v) for c, v in zip(cols, r, strict=True)} for r in result.rows], indent=2) + "\n"
+        return (
+            json.dumps([{c: enc(v) for c, v in zip(cols, r, strict=True)} for r in result.rows], indent=2)
+            + "\n"
+        )
     cells = [["" if v is None else str(v) for v in r] for r in result.rows]
     if fmt == "csv":
         buf = io.StringIO()

@@ -150,7 +150,13 @@ class Ledger:
             await self._ensure_cohort(c, name, _ms(at), parent=parent, set_parent=True)
 
     async def _ensure_cohort(
-        self, c: AsyncConnection, name: str, at_ms: int, *, parent: str | None = None, set_parent: bool = False
+        self,
+        c: AsyncConnection,
+        name: str,
+        at_ms: int,
+        *,
+        parent: str | None = None,
+        set_parent: bool = False,
     ) -> None:
         row = (await c.execute(select(m.Cohort.parent).where(m.Cohort.name == name))).first()
         if row is None:
@@ -178,10 +184,7 @@ class Ledger:
             ).first()
             if row is not None:
                 current = await self._quota_spec(c, spec.name, row.quota_version)
-                if (
-                    current == _normalized(spec)
-                    and row.deleted_at_ms is None
-                ):
+                if current == _normalized(spec) and row.deleted_at_ms is None:
                     return int(row.quota_version)
                 version = int(row.quota_version) + 1
                 await c.execute(
@@ -264,7 +267,9 @@ class Ledger:
         ).one()
         rows = (
             await c.execute(
-                select(m.Quota).where(m.Quota.quota_version_id == qv.id).order_by(m.Quota.flavor, m.Quota.resource)
+                select(m.Quota)
+                .where(m.Quota.quota_version_id == qv.id)
+                .order_by(m.Quota.flavor, m.Quota.resource)
             )
         ).all()
         return ClusterQueueSpec(
@@ -363,17 +368,13 @@ class Ledger:
             raise AlreadyAdmitted(f"a workload in the batch is already admitted: {e.orig}") from e
 
     async def _lock_queue(self, c: AsyncConnection, cq_name: str) -> Any:
-        cq = (
-            await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.name == cq_name))
-        ).first()
+        cq = (await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.name == cq_name))).first()
         if cq is None or cq.deleted_at_ms is not None:
             raise UnknownObject(f"ClusterQueue {cq_name} is not in the ledger")
         if cq.cohort:  # lock order: cohort, then ClusterQueue, then workload
             await c.execute(select(m.Cohort.name).where(m.Cohort.name == cq.cohort).with_for_update())
         cq = (
-            await c.execute(
-                select(m.ClusterQueue).where(m.ClusterQueue.name == cq_name).with_for_update()
-            )
+            await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.name == cq_name).with_for_update())
         ).one()
         return cq
 
@@ -558,17 +559,34 @@ class Ledger:
             "cluster_queue": cq,
         }
         rows: list[dict[str, Any]] = [
-            {**base, "metric": m.METRIC_QUOTA, "flavor": ch.flavor, "resource": ch.resource, "amount": ch.amount}
+            {
+                **base,
+                "metric": m.METRIC_QUOTA,
+                "flavor": ch.flavor,
+                "resource": ch.resource,
+                "amount": ch.amount,
+            }
             for ch in charges
         ]
         for dclass, (n, mem) in sorted(device_usage(pods).items()):
             rows.append(
-                {**base, "metric": m.METRIC_DEVICES, "flavor": "", "resource": dclass,
-                 "amount": Quantity.from_value(n)}
+                {
+                    **base,
+                    "metric": m.METRIC_DEVICES,
+                    "flavor": "",
+                    "resource": dclass,
+                    "amount": Quantity.from_value(n),
+                }
             )
             if mem:
                 rows.append(
-                    {**base, "metric": m.METRIC_DEVICE_MEMORY, "flavor": "", "resource": dclass, "amount": mem}
+                    {
+                        **base,
+                        "metric": m.METRIC_DEVICE_MEMORY,
+                        "flavor": "",
+                        "resource": dclass,
+                        "amount": mem,
+                    }
                 )
         if rows:
             await c.execute(insert(m.JournalEntry), rows)
@@ -665,15 +683,15 @@ class Ledger:
     ) -> ReleaseResult:
         adm = (
             await c.execute(
-                select(m.Admission).where(m.Admission.workload_uid == uid, m.Admission.released_at_ms.is_(None))
+                select(m.Admission).where(
+                    m.Admission.workload_uid == uid, m.Admission.released_at_ms.is_(None)
+                )
             )
         ).first()
         if adm is None:
             raise NotAdmitted(f"workload {uid} has no active admission")
         await self._lock_queue(c, adm.cluster_queue)
-        adm = (
-            await c.execute(select(m.Admission).where(m.Admission.id == adm.id).with_for_update())
-        ).one()
+        adm = (await c.execute(select(m.Admission).where(m.Admission.id == adm.id).with_for_update())).one()
         if adm.released_at_ms is not None:
             raise NotAdmitted(f"workload {uid} has no active admission")
         charges = tuple(
@@ -804,7 +822,9 @@ class Ledger:
             await c.execute(
                 update(m.LeaderTerm)
                 .where(
-                    m.LeaderTerm.run_id == run_id, m.LeaderTerm.lease == lease, m.LeaderTerm.ended_at_ms.is_(None)
+                    m.LeaderTerm.run_id == run_id,
+                    m.LeaderTerm.lease == lease,
+                    m.LeaderTerm.ended_at_ms.is_(None),
                 )
                 .values(ended_at_ms=_ms(at))
             )
@@ -874,23 +894,30 @@ class Ledger:
         async with self.engine.connect() as c:
             for r in (
                 await c.execute(
-                    select(m.JournalEntry.cluster_queue, m.JournalEntry.flavor, m.JournalEntry.resource,
-                           m.JournalEntry.kind, m.JournalEntry.amount)
-                    .where(m.JournalEntry.at_ms <= at_ms, m.JournalEntry.metric == metric)
+                    select(
+                        m.JournalEntry.cluster_queue,
+                        m.JournalEntry.flavor,
+                        m.JournalEntry.resource,
+                        m.JournalEntry.kind,
+                        m.JournalEntry.amount,
+                    ).where(m.JournalEntry.at_ms <= at_ms, m.JournalEntry.metric == metric)
                 )
             ).all():
                 k = (r.cluster_queue, r.flavor, r.resource)
                 out[k] = out[k] + (r.amount if r.kind == m.RESERVE else -r.amount)
             day = at_ms // MS_PER_DAY
-            for r in (
+            for d in (
                 await c.execute(
-                    select(m.DailyUsage.cluster_queue, m.DailyUsage.flavor, m.DailyUsage.resource,
-                           m.DailyUsage.net_amount)
-                    .where(m.DailyUsage.day < day, m.DailyUsage.metric == metric)
+                    select(
+                        m.DailyUsage.cluster_queue,
+                        m.DailyUsage.flavor,
+                        m.DailyUsage.resource,
+                        m.DailyUsage.net_amount,
+                    ).where(m.DailyUsage.day < day, m.DailyUsage.metric == metric)
                 )
             ).all():
-                k = (r.cluster_queue, r.flavor, r.resource)
-                out[k] = out[k] + r.net_amount
+                k = (d.cluster_queue, d.flavor, d.resource)
+                out[k] = out[k] + d.net_amount
         return {k: v for k, v in sorted(out.items()) if not v.is_zero()}
 
     async def append_journal(self, events: Sequence[JournalEvent]) -> int:

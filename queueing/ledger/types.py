@@ -83,7 +83,7 @@ def to_ms(t: datetime | int | float) -> int:
             t = t.replace(tzinfo=UTC)
         delta = t - datetime(1970, 1, 1, tzinfo=UTC)
         return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-    return int(round(float(t) * 1000))
+    return round(float(t) * 1000)
 
 
 def from_ms(ms: int) -> datetime:

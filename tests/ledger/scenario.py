@@ -76,13 +76,18 @@ async def queues(led: Ledger) -> None:
         at=at,
     )
     await led.upsert_cluster_queue(
-        ClusterQueueSpec("team-b", cohort="research", quotas=(QuotaSpec("h200", GPU, Q("8")),),
-                         fair_sharing_weight=Q("2")),
+        ClusterQueueSpec(
+            "team-b", cohort="research", quotas=(QuotaSpec("h200", GPU, Q("8")),), fair_sharing_weight=Q("2")
+        ),
         at=at,
     )
     await led.upsert_cluster_queue(ClusterQueueSpec("solo", quotas=(QuotaSpec("h200", GPU, Q("2")),)), at=at)
-    for ns, name, cq in (("ml", "train", "team-a"), ("ml", "infer", "team-a"), ("bio", "main", "team-b"),
-                         ("ops", "q", "solo")):
+    for ns, name, cq in (
+        ("ml", "train", "team-a"),
+        ("ml", "infer", "team-a"),
+        ("bio", "main", "team-b"),
+        ("ops", "q", "solo"),
+    ):
         await led.upsert_local_queue(LocalQueueSpec(ns, name, cq), at=at)
 
 
@@ -104,7 +109,10 @@ async def build(led: Ledger) -> None:
     await led.admit(AdmissionRequest("w6", "team-a", gpu(2), devices(2, "node-3")), at=t(1, 10))
     await _wl(led, "w4", "bio/main", t(1, 10.5))
     await led.evict(
-        "w6", at=t(1, 11), reason="Preempted", preemptor_uid="w4",
+        "w6",
+        at=t(1, 11),
+        reason="Preempted",
+        preemptor_uid="w4",
         freed_devices=["gpu.nvidia.com/node-3/gpu-0"],
     )
 

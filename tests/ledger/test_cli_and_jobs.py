@@ -50,11 +50,34 @@ def test_report_outputs(scenario_db: str, capsys: pytest.CaptureFixture[str]) ->
         ["team-a", "", "1", "0", "0"],
         ["team-a", "team-b", "1", "2", "1"],
     ]
-    assert main(["report", "device-hours", "--url", scenario_db, "-o", "json", "--namespace", "ml",
-                 "--since", "2024-03-02", "--until", "2024-03-03T00:00:00Z"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "device-hours",
+                "--url",
+                scenario_db,
+                "-o",
+                "json",
+                "--namespace",
+                "ml",
+                "--since",
+                "2024-03-02",
+                "--until",
+                "2024-03-03T00:00:00Z",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out) == [
-        {"day": "2024-03-02", "namespace": "ml", "local_queue": "train", "cluster_queue": "team-a",
-         "device_hours": 2, "gpu_memory_gib_hours": 32},
+        {
+            "day": "2024-03-02",
+            "namespace": "ml",
+            "local_queue": "train",
+            "cluster_queue": "team-a",
+            "device_hours": 2,
+            "gpu_memory_gib_hours": 32,
+        },
     ]
     assert main(["report", "usage", "--url", scenario_db, "--cluster-queue", "team-b"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -94,8 +117,9 @@ async def test_compaction_job(ledger: Ledger) -> None:
 
 def test_register_compaction() -> None:
     scheduler = AsyncIOScheduler()
-    job = register_compaction(scheduler, Ledger.from_url("sqlite://"), older_than=timedelta(days=30),
-                              every=timedelta(hours=6))
+    job = register_compaction(
+        scheduler, Ledger.from_url("sqlite://"), older_than=timedelta(days=30), every=timedelta(hours=6)
+    )
     assert job.id == JOB_ID
     assert job.trigger.interval == timedelta(hours=6)
     assert job.max_instances == 1

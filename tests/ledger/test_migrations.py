@@ -33,7 +33,9 @@ def _tables_and_views(conn: Connection) -> tuple[set[str], set[str]]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_upgrade_compare_downgrade(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+async def test_upgrade_compare_downgrade(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     if backend == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"
     else:

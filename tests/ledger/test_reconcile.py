@@ -28,8 +28,15 @@ from . import scenario as sc
 
 def adm(uid: str, cq: str = "team-a", nodes: tuple[str, ...] = ("n1",), aid: int = 1) -> ActiveAdmission:
     return ActiveAdmission(
-        admission_id=aid, workload_uid=uid, namespace="ns", name=uid, local_queue="lq", cluster_queue=cq,
-        admitted_at_ms=0, charges=(), pods=tuple(PodPlan(i, n) for i, n in enumerate(nodes)),
+        admission_id=aid,
+        workload_uid=uid,
+        namespace="ns",
+        name=uid,
+        local_queue="lq",
+        cluster_queue=cq,
+        admitted_at_ms=0,
+        charges=(),
+        pods=tuple(PodPlan(i, n) for i, n in enumerate(nodes)),
     )
 
 
@@ -84,7 +91,9 @@ def test_lost_node() -> None:
 
 
 def test_cluster_only_and_pending() -> None:
-    c = cluster(obs("x", "admitted", "team-a"), obs("y", "pending"), obs("z", "pending"), obs("f", "finished"))
+    c = cluster(
+        obs("x", "admitted", "team-a"), obs("y", "pending"), obs("z", "pending"), obs("f", "finished")
+    )
     got = reconcile({}, {"z": pend("z"), "gone": pend("gone")}, c)
     assert got == [
         ForgetWorkload("gone"),
@@ -103,7 +112,9 @@ async def test_apply_ledger_actions(ledger: Ledger) -> None:
     await sc.queues(ledger)
     for uid in ("gone", "done", "moved", "keep"):
         await sc._wl(ledger, uid, "ml/train", sc.t(0))
-        await ledger.admit(AdmissionRequest(uid, "team-a", sc.gpu(1), sc.devices(1, node=f"n-{uid}")), at=sc.t(0))
+        await ledger.admit(
+            AdmissionRequest(uid, "team-a", sc.gpu(1), sc.devices(1, node=f"n-{uid}")), at=sc.t(0)
+        )
     await sc._wl(ledger, "stale", "ml/train", sc.t(0))
     state = await ledger.load_state()
     observed = cluster(

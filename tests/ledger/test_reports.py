@@ -121,14 +121,20 @@ async def test_filters_are_bound_parameters(ledger: Ledger) -> None:
         "team-a\\",
     ]
     for value in hostile:
-        for name, col in (("usage", "cluster_queue"), ("device-hours", "namespace"), ("fair-share", "cohort")):
+        for name, col in (
+            ("usage", "cluster_queue"),
+            ("device-hours", "namespace"),
+            ("fair-share", "cohort"),
+        ):
             r = await run_report(ledger.engine, name, where={col: value})
             assert r.rows == [], (name, value)
     # the tables are all still there and intact
     assert (await run_report(ledger.engine, "device-hours")).rows == EXPECTED_DEVICE_HOURS
     # a queue whose name is itself hostile is found exactly, and only it
     evil = "o'brien\"; DELETE FROM quotas; --"
-    await ledger.upsert_cluster_queue(ClusterQueueSpec(evil, quotas=(QuotaSpec("f", "r", sc.Q("3")),)), at=sc.t(5))
+    await ledger.upsert_cluster_queue(
+        ClusterQueueSpec(evil, quotas=(QuotaSpec("f", "r", sc.Q("3")),)), at=sc.t(5)
+    )
     r = await run_report(ledger.engine, "usage", where={"cluster_queue": evil})
     assert r.rows == [(evil, None, "f", "r", 3, None, None, 0, 0, 0)]
     assert len((await run_report(ledger.engine, "usage")).rows) == len(EXPECTED_USAGE) + 1
@@ -187,12 +193,22 @@ async def test_compaction_merges_late_rows_into_an_existing_rollup(ledger: Ledge
     # a late 1-device reservation+release on day 1 (00:00 -> 06:00), then compact again
     from queueing.ledger.repository import JournalEvent
 
-    ev = dict(workload_uid="late", namespace="ml", local_queue="train", cluster_queue="team-a",
-              flavor="", resource="gpu.nvidia.com", metric="devices", amount=sc.Q("1"))
-    await ledger.append_journal([
-        JournalEvent(at_ms=int(sc.t(1).timestamp() * 1000), kind="reserve", **ev),  # type: ignore[arg-type]
-        JournalEvent(at_ms=int(sc.t(1, 6).timestamp() * 1000), kind="release", **ev),  # type: ignore[arg-type]
-    ])
+    ev = dict(
+        workload_uid="late",
+        namespace="ml",
+        local_queue="train",
+        cluster_queue="team-a",
+        flavor="",
+        resource="gpu.nvidia.com",
+        metric="devices",
+        amount=sc.Q("1"),
+    )
+    await ledger.append_journal(
+        [
+            JournalEvent(at_ms=int(sc.t(1).timestamp() * 1000), kind="reserve", **ev),  # type: ignore[arg-type]
+            JournalEvent(at_ms=int(sc.t(1, 6).timestamp() * 1000), kind="release", **ev),  # type: ignore[arg-type]
+        ]
+    )
     res = await compact(ledger, older_than=timedelta(days=1), now=sc.t(5))
     assert res.journal_rows == 2
     after = await all_reports(ledger)
@@ -221,11 +237,24 @@ async def test_running_workloads_count_up_to_now(ledger: Ledger) -> None:
 def test_json_and_csv_output() -> None:
     from queueing.ledger.reports import ReportResult
 
-    res = ReportResult(REPORTS["wait-times"], REPORTS["wait-times"].columns,
-                       [("ClusterQueue", "solo", 10, D("5.5"), 5, 9, 10, 10)])
+    res = ReportResult(
+        REPORTS["wait-times"],
+        REPORTS["wait-times"].columns,
+        [("ClusterQueue", "solo", 10, D("5.5"), 5, 9, 10, 10)],
+    )
     data = json.loads(format_rows(res, "json"))
-    assert data == [{"queue_kind": "ClusterQueue", "queue": "solo", "admissions": 10, "mean_s": 5.5,
-                     "p50_s": 5, "p90_s": 9, "p99_s": 10, "max_s": 10}]
+    assert data == [
+        {
+            "queue_kind": "ClusterQueue",
+            "queue": "solo",
+            "admissions": 10,
+            "mean_s": 5.5,
+            "p50_s": 5,
+            "p90_s": 9,
+            "p99_s": 10,
+            "max_s": 10,
+        }
+    ]
     assert format_rows(res, "csv").splitlines() == [
         "queue_kind,queue,admissions,mean_s,p50_s,p90_s,p99_s,max_s",
         "ClusterQueue,solo,10,5.5,5,9,10,10",

@@ -10,8 +10,22 @@ from sqlalchemy import insert, select, text
 from sqlalchemy.exc import IntegrityError
 
 from queueing.ledger import models as m
-from queueing.ledger.repository import AlreadyAdmitted, Ledger, LedgerError, NotAdmitted, QuotaExceeded, UnknownObject
-from queueing.ledger.state import AdmissionRequest, Charge, ClusterQueueSpec, LocalQueueSpec, QuotaSpec, WorkloadSpec
+from queueing.ledger.repository import (
+    AlreadyAdmitted,
+    Ledger,
+    LedgerError,
+    NotAdmitted,
+    QuotaExceeded,
+    UnknownObject,
+)
+from queueing.ledger.state import (
+    AdmissionRequest,
+    Charge,
+    ClusterQueueSpec,
+    LocalQueueSpec,
+    QuotaSpec,
+    WorkloadSpec,
+)
 
 from . import scenario as sc
 
@@ -32,7 +46,9 @@ async def test_admit_reserves_quota_records_plan_and_journal(ledger: Ledger) -> 
     await setup_queues(ledger)
     await add(ledger, "w1")
     aid = await ledger.admit(
-        AdmissionRequest("w1", "team-a", sc.gpu(3, cpu=8), sc.devices(3), flavors={GPU: "h200", "cpu": "default"}),
+        AdmissionRequest(
+            "w1", "team-a", sc.gpu(3, cpu=8), sc.devices(3), flavors={GPU: "h200", "cpu": "default"}
+        ),
         at=sc.t(0, 1),
     )
     state = await ledger.load_state()
@@ -63,7 +79,9 @@ async def test_exact_quantities_round_trip(ledger: Ledger) -> None:
     )
     await ledger.upsert_local_queue(LocalQueueSpec("ns", "lq", "exact"), at=sc.t(0))
     await ledger.add_workload(WorkloadSpec("u", "ns", "u", "lq"), at=sc.t(0))
-    await ledger.admit(AdmissionRequest("u", "exact", (Charge("f", "cpu", Q("123456789.123456788")),)), at=sc.t(0))
+    await ledger.admit(
+        AdmissionRequest("u", "exact", (Charge("f", "cpu", Q("123456789.123456788")),)), at=sc.t(0)
+    )
     state = await ledger.load_state()
     assert state.cluster_queues["exact"].quotas[0].nominal.value == Q("123456789.123456789").value
     assert state.usage[("exact", "f", "cpu")] == Q("123456789123456788n")
@@ -83,8 +101,15 @@ async def test_second_admission_of_a_uid_is_refused(ledger: Ledger) -> None:
         with pytest.raises(IntegrityError):
             await c.execute(
                 insert(m.Admission).values(
-                    workload_uid="w1", attempt=2, cluster_queue="team-a", quota_version=1, namespace="ml",
-                    local_queue="train", flavors_json="{}", queued_at_ms=0, admitted_at_ms=1,
+                    workload_uid="w1",
+                    attempt=2,
+                    cluster_queue="team-a",
+                    quota_version=1,
+                    namespace="ml",
+                    local_queue="train",
+                    flavors_json="{}",
+                    queued_at_ms=0,
+                    admitted_at_ms=1,
                 )
             )
         await c.rollback()
@@ -94,7 +119,9 @@ async def test_second_admission_of_a_uid_is_refused(ledger: Ledger) -> None:
     async with ledger.engine.connect() as c:
         attempts = (await c.execute(select(m.Admission.attempt).order_by(m.Admission.id))).scalars().all()
         assert attempts == [1, 2]
-        queued = (await c.execute(select(m.Admission.queued_at_ms).where(m.Admission.id == aid2))).scalar_one()
+        queued = (
+            await c.execute(select(m.Admission.queued_at_ms).where(m.Admission.id == aid2))
+        ).scalar_one()
     assert queued == int(sc.t(0, 3).timestamp() * 1000)  # requeued at the eviction
 
 
@@ -157,11 +184,23 @@ async def test_release_and_evict(ledger: Ledger) -> None:
         wl = (await c.execute(select(m.Workload).where(m.Workload.uid == "w1"))).one()
         kinds = (await c.execute(select(m.JournalEntry.kind, m.JournalEntry.metric))).all()
     assert (ev.reason, ev.preemptor_uid, ev.preemptor_cluster_queue, ev.victim_cluster_queue) == (
-        "Preempted", "p1", "team-b", "team-a")
+        "Preempted",
+        "p1",
+        "team-b",
+        "team-a",
+    )
     assert (ev.planned_device_count, ev.freed_device_count) == (2, 2)
     assert wl.state == "pending" and wl.cluster_queue is None
-    assert sorted(kinds) == sorted([("reserve", "quota"), ("reserve", "devices"), ("reserve", "device_memory"),
-                                    ("release", "quota"), ("release", "devices"), ("release", "device_memory")])
+    assert sorted(kinds) == sorted(
+        [
+            ("reserve", "quota"),
+            ("reserve", "devices"),
+            ("reserve", "device_memory"),
+            ("release", "quota"),
+            ("release", "devices"),
+            ("release", "device_memory"),
+        ]
+    )
     assert (await ledger.load_state()).usage == {}
     with pytest.raises(NotAdmitted):
         await ledger.finish("w1", at=sc.t(0, 3))
@@ -177,22 +216,32 @@ async def test_quota_versions(ledger: Ledger) -> None:
     assert await ledger.upsert_cluster_queue(bigger, at=sc.t(2)) == 2
     async with ledger.engine.connect() as c:
         versions = (
-            await c.execute(select(m.QuotaVersion.version, m.QuotaVersion.valid_from_ms, m.QuotaVersion.valid_to_ms)
-                            .order_by(m.QuotaVersion.version))
+            await c.execute(
+                select(
+                    m.QuotaVersion.version, m.QuotaVersion.valid_from_ms, m.QuotaVersion.valid_to_ms
+                ).order_by(m.QuotaVersion.version)
+            )
         ).all()
     ms = [int(sc.t(d).timestamp() * 1000) for d in (0, 2)]
     assert [tuple(v) for v in versions] == [(1, ms[0], ms[1]), (2, ms[1], None)]
     assert (await ledger.load_state()).cluster_queues["cq"].quotas == bigger.quotas
     with pytest.raises(LedgerError, match="twice"):
         await ledger.upsert_cluster_queue(
-            ClusterQueueSpec("cq", quotas=(QuotaSpec("f", "r", Q("1")), QuotaSpec("f", "r", Q("2")))), at=sc.t(3)
+            ClusterQueueSpec("cq", quotas=(QuotaSpec("f", "r", Q("1")), QuotaSpec("f", "r", Q("2")))),
+            at=sc.t(3),
         )
 
 
 async def test_usage_at_any_time_from_the_journal(ledger: Ledger) -> None:
     await sc.build(ledger)
-    assert await ledger.usage_at(sc.t(0, 2)) == {("team-a", "default", "cpu"): Q("32"), ("team-a", "h200", GPU): Q("4")}
-    assert await ledger.usage_at(sc.t(1, 10, 1)) == {("team-a", "h200", GPU): Q("2"), ("team-b", "h200", GPU): Q("12")}
+    assert await ledger.usage_at(sc.t(0, 2)) == {
+        ("team-a", "default", "cpu"): Q("32"),
+        ("team-a", "h200", GPU): Q("4"),
+    }
+    assert await ledger.usage_at(sc.t(1, 10, 1)) == {
+        ("team-a", "h200", GPU): Q("2"),
+        ("team-b", "h200", GPU): Q("12"),
+    }
     assert await ledger.usage_at(sc.t(9)) == (await ledger.load_state()).usage
 
 
@@ -204,15 +253,22 @@ async def test_runs_and_leader_terms(ledger: Ledger) -> None:
     await ledger.heartbeat(r2, at=sc.t(2))
     await ledger.stop_run(r2, at=sc.t(3))
     async with ledger.engine.connect() as c:
-        terms = (await c.execute(select(m.LeaderTerm.run_id, m.LeaderTerm.term, m.LeaderTerm.ended_at_ms)
-                                 .order_by(m.LeaderTerm.term))).all()
+        terms = (
+            await c.execute(
+                select(m.LeaderTerm.run_id, m.LeaderTerm.term, m.LeaderTerm.ended_at_ms).order_by(
+                    m.LeaderTerm.term
+                )
+            )
+        ).all()
         run = (await c.execute(select(m.ControllerRun).where(m.ControllerRun.id == r2))).one()
     assert [(t.run_id, t.term, t.ended_at_ms is not None) for t in terms] == [(r1, 1, True), (r2, 2, True)]
     assert run.stopped_at_ms == run.heartbeat_at_ms == int(sc.t(3).timestamp() * 1000)
     async with ledger.engine.connect() as c:
         await c.begin()
         with pytest.raises(IntegrityError):  # a term number cannot be taken twice
-            await c.execute(insert(m.LeaderTerm).values(run_id=r1, lease="queueing", term=2, acquired_at_ms=0))
+            await c.execute(
+                insert(m.LeaderTerm).values(run_id=r1, lease="queueing", term=2, acquired_at_ms=0)
+            )
         await c.rollback()
 
 
@@ -233,8 +289,14 @@ async def test_recovery_state_and_forget(ledger: Ledger) -> None:
 async def test_journal_is_consistent_with_current_usage(ledger: Ledger) -> None:
     await sc.build(ledger)
     async with ledger.engine.connect() as c:
-        rows = (await c.execute(text("SELECT kind, cluster_queue, flavor, resource, amount FROM usage_journal "
-                                     "WHERE metric = 'quota'"))).all()
+        rows = (
+            await c.execute(
+                text(
+                    "SELECT kind, cluster_queue, flavor, resource, amount FROM usage_journal "
+                    "WHERE metric = 'quota'"
+                )
+            )
+        ).all()
     total: dict[tuple[str, str, str], object] = {}
     for kind, cq, f, r, amount in rows:
         q = Q(str(amount))
@@ -258,7 +320,9 @@ async def test_admit_many_is_all_or_nothing(ledger: Ledger) -> None:
 async def test_concurrent_admissions_never_exceed_quota(ledger: Ledger) -> None:
     """Many tasks race to admit into one ClusterQueue (and the same UIDs twice): the ledger's row locks
     (PostgreSQL) / immediate transactions (SQLite) keep the sum within quota and each UID admitted once."""
-    await ledger.upsert_cluster_queue(ClusterQueueSpec("one", quotas=(QuotaSpec("f", GPU, Q("10")),)), at=sc.t(0))
+    await ledger.upsert_cluster_queue(
+        ClusterQueueSpec("one", quotas=(QuotaSpec("f", GPU, Q("10")),)), at=sc.t(0)
+    )
     await ledger.upsert_local_queue(LocalQueueSpec("ns", "lq", "one"), at=sc.t(0))
     n = 30
     for i in range(n):
@@ -266,7 +330,9 @@ async def test_concurrent_admissions_never_exceed_quota(ledger: Ledger) -> None:
 
     async def attempt(uid: str, amount: int) -> str:
         try:
-            await ledger.admit(AdmissionRequest(uid, "one", (Charge("f", GPU, Q(str(amount))),)), at=sc.t(0, 1))
+            await ledger.admit(
+                AdmissionRequest(uid, "one", (Charge("f", GPU, Q(str(amount))),)), at=sc.t(0, 1)
+            )
             return "admitted"
         except QuotaExceeded:
             return "quota"
@@ -283,6 +349,11 @@ async def test_concurrent_admissions_never_exceed_quota(ledger: Ledger) -> None:
     assert results.count("admitted") == len(state.admissions)  # no UID admitted twice
     assert charged >= Q("9")  # and the queue was actually filled (no spurious refusals)
     async with ledger.engine.connect() as c:
-        per_uid = (await c.execute(text("SELECT workload_uid, COUNT(*) FROM admissions GROUP BY workload_uid "
-                                        "HAVING COUNT(*) > 1"))).all()
+        per_uid = (
+            await c.execute(
+                text(
+                    "SELECT workload_uid, COUNT(*) FROM admissions GROUP BY workload_uid HAVING COUNT(*) > 1"
+                )
+            )
+        ).all()
     assert per_uid == []
