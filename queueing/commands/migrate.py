@@ -4,7 +4,8 @@
     queueing migrate downgrade [REV] --url URL     (REV defaults to -1; "base" removes everything)
     queueing migrate current         --url URL
 
-The URL defaults to ``$QUEUEING_DATABASE_URL``, then to the embedded SQLite file ``queueing-ledger.db``.
+The URL defaults to the configuration (``$QUEUEING_DATABASE_URL``, or ``databaseURL``/``databaseURLFile``
+in the file named by ``$QUEUEING_CONFIG``), then to the embedded SQLite file ``queueing.db``.
 Works from any directory: the Alembic configuration is built from the installed package.
 """
 
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         help="database URL: postgresql+asyncpg://user@host/db or sqlite+aiosqlite:///file.db "
-        "(default: $QUEUEING_DATABASE_URL, else sqlite+aiosqlite:///queueing-ledger.db)",
+        "(default: $QUEUEING_DATABASE_URL or the configuration file, else sqlite+aiosqlite:///queueing.db)",
     )
 
 

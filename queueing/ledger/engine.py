@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 ENV_URL = "QUEUEING_DATABASE_URL"
-DEFAULT_URL = "sqlite+aiosqlite:///queueing-ledger.db"
+DEFAULT_URL = "sqlite+aiosqlite:///queueing.db"  # the same default as queueing.config
 
 
 class LedgerConfigError(ValueError):
@@ -25,9 +25,20 @@ class LedgerConfigError(ValueError):
 
 
 def database_url(explicit: str | None = None) -> str:
-    """``--url`` if given, else ``$QUEUEING_DATABASE_URL``, else the embedded SQLite default."""
-    url = explicit or os.environ.get(ENV_URL) or DEFAULT_URL
-    return normalize_url(url)
+    """``--url`` if given, else the configuration (``$QUEUEING_DATABASE_URL``, ``databaseURL`` /
+    ``databaseURLFile`` in the file named by ``$QUEUEING_CONFIG``), else the embedded SQLite default."""
+    if explicit:
+        return normalize_url(explicit)
+    if os.environ.get(ENV_URL):
+        return normalize_url(os.environ[ENV_URL])
+    try:
+        from queueing.config import ConfigError, load_config
+    except ImportError:  # pragma: no cover - the configuration module is optional for the ledger
+        return normalize_url(DEFAULT_URL)
+    try:
+        return normalize_url(load_config(None, dict(os.environ)).resolved_database_url())
+    except ConfigError as e:
+        raise LedgerConfigError(f"configuration: {e}") from None
 
 
 def normalize_url(url: str) -> str:

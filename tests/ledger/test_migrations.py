@@ -93,9 +93,19 @@ def test_urls(monkeypatch: pytest.MonkeyPatch) -> None:
     assert normalize_url("postgresql://u@h:5432/db") == "postgresql+asyncpg://u@h:5432/db"
     assert normalize_url("sqlite:///x.db") == "sqlite+aiosqlite:///x.db"
     monkeypatch.delenv("QUEUEING_DATABASE_URL", raising=False)
-    assert database_url(None) == "sqlite+aiosqlite:///queueing-ledger.db"
+    assert database_url(None) == "sqlite+aiosqlite:///queueing.db"
     monkeypatch.setenv("QUEUEING_DATABASE_URL", "postgresql+asyncpg://a@b/c")
     assert database_url(None) == "postgresql+asyncpg://a@b/c"
     assert database_url("sqlite:///y.db") == "sqlite+aiosqlite:///y.db"
     with pytest.raises(LedgerConfigError, match="not valid"):
         normalize_url("::not a url::")
+
+
+def test_url_from_the_configuration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("queueing.config")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("databaseURL: postgresql://ledger@db:5432/queueing\n")
+    monkeypatch.delenv("QUEUEING_DATABASE_URL", raising=False)
+    monkeypatch.setenv("QUEUEING_CONFIG", str(cfg))
+    assert database_url(None) == "postgresql+asyncpg://ledger@db:5432/queueing"
+    assert database_url("sqlite:///explicit.db") == "sqlite+aiosqlite:///explicit.db"  # --url wins
