@@ -550,6 +550,23 @@ class Emulator:
                 )
             return _json(obj)
         body = await _body(request)
+        store.field_validation = q.get("fieldValidation", "Warn")
+        store.warnings = []
+        try:
+            resp = await self._write(request, attrs, rt, body, dry_run)
+        finally:
+            store.field_validation = "Warn"
+        for w in store.warnings:
+            resp.headers.add("Warning", "299 - " + json.dumps(w))
+        return resp
+
+    async def _write(
+        self, request: web.Request, attrs: RequestAttributes, rt: ResourceType, body: Any, dry_run: bool
+    ) -> web.Response:
+        store = self.store
+        q = request.query
+        ns = attrs.namespace or None
+        verb = attrs.verb
         if verb == "create":
             if attrs.subresource:
                 raise ApiError(405, "MethodNotAllowed", "create is not supported on this subresource")

@@ -6,7 +6,7 @@ Supported: ``type``, ``properties``, ``required``, ``enum``, ``minimum``/``maxim
 (bool or schema), ``nullable``, ``default``, ``anyOf``/``allOf``/``oneOf``,
 ``x-kubernetes-preserve-unknown-fields``, ``x-kubernetes-int-or-string``,
 ``x-kubernetes-embedded-resource``. Not evaluated: ``x-kubernetes-validations`` (CEL rules),
-``format``, ``x-kubernetes-list-type``/``-map-keys`` uniqueness.
+``format``. ``x-kubernetes-list-type: map|set`` duplicates are rejected.
 
 Error messages follow the API server's wording (``spec.count: Invalid value: -1: spec.count in body
 should be greater than or equal to 0``) and each error carries the reason used in ``Status.details.causes``.
@@ -87,8 +87,11 @@ def apply_defaults(value: Any, schema: dict[str, Any]) -> Any:
     return value
 
 
-def prune(value: Any, schema: dict[str, Any], root: bool = False) -> Any:
-    """Drop fields the schema does not specify (as the API server does), recursively."""
+def prune(
+    value: Any, schema: dict[str, Any], root: bool = False, path: str = "", pruned: list[str] | None = None
+) -> Any:
+    """Drop fields the schema does not specify (as the API server does), recursively; the paths of
+    dropped fields are appended to ``pruned``."""
     if isinstance(value, dict):
         if _preserves(schema) and "properties" not in schema:
             return value
@@ -97,17 +100,20 @@ def prune(value: Any, schema: dict[str, Any], root: bool = False) -> Any:
         for key in list(value):
             if root and key in ("apiVersion", "kind", "metadata"):
                 continue
+            sub = _join(path, key)
             if key in props:
-                value[key] = prune(value[key], props[key])
+                value[key] = prune(value[key], props[key], path=sub, pruned=pruned)
             elif isinstance(addl, dict):
-                value[key] = prune(value[key], addl)
+                value[key] = prune(value[key], addl, path=sub, pruned=pruned)
             elif addl is True or _preserves(schema):
                 continue
             else:
                 del value[key]
+                if pruned is not None:
+                    pruned.append(sub)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):
-            value[i] = prune(item, schema["items"])
+            value[i] = prune(item, schema["items"], path=f"{path}[{i}]", pruned=pruned)
     return value
 
 
@@ -217,6 +223,21 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errs: list[FieldErr
                     f"{path}: Too many: {len(value)}: must have at most {schema['maxItems']} items",
                 )
             )
+        list_type = schema.get("x-kubernetes-list-type")
+        if list_type in ("map", "set"):
+            seen: set[str] = set()
+            for i, item in enumerate(value):
+                if list_type == "map" and isinstance(item, dict):
+                    ident = {k: item.get(k) for k in schema.get("x-kubernetes-list-map-keys") or []}
+                else:
+                    ident = item
+                token = json.dumps(ident, sort_keys=True)
+                if token in seen:
+                    sub = f"{path}[{i}]"
+                    errs.append(
+                        FieldError(sub, "FieldValueDuplicate", f"{sub}: Duplicate value: {_fmt(ident)}")
+                    )
+                seen.add(token)
         items = schema.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(value):

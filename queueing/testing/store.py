@@ -186,6 +186,10 @@ class Store:
         self.compacted_rv = 0
         self.watchers: set[Watcher] = set()
         self.clock = clock
+        self._owned: dict[str, set[tuple[str, tuple[str, str]]]] = {}  # owner uid -> dependents
+        # fieldValidation of the request being served (Strict/Warn/Ignore) and the warnings it produced
+        self.field_validation = "Warn"
+        self.warnings: list[str] = []
         for rt in BUILTINS:
             self.register(copy.deepcopy(rt))
         for ns in INITIAL_NAMESPACES:
@@ -224,6 +228,27 @@ class Store:
         return rt
 
     # ------------------------------------------------------------ helpers
+    def _put(self, rt: ResourceType, key: tuple[str, str], obj: dict[str, Any]) -> None:
+        old = self.objects[rt.key].get(key)
+        if old is not None:
+            self._unindex(rt, key, old)
+        self.objects[rt.key][key] = obj
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            if isinstance(ref, dict) and ref.get("uid"):
+                self._owned.setdefault(ref["uid"], set()).add((rt.key, key))
+
+    def _drop(self, rt: ResourceType, key: tuple[str, str]) -> dict[str, Any]:
+        obj = self.objects[rt.key].pop(key)
+        self._unindex(rt, key, obj)
+        return obj
+
+    def _unindex(self, rt: ResourceType, key: tuple[str, str], obj: dict[str, Any]) -> None:
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            if isinstance(ref, dict) and ref.get("uid") in self._owned:
+                self._owned[ref["uid"]].discard((rt.key, key))
+                if not self._owned[ref["uid"]]:
+                    del self._owned[ref["uid"]]
+
     def _next_rv(self) -> int:
         self.rv += 1
         return self.rv
@@ -294,7 +319,13 @@ class Store:
                     )
                 )
         if rt.schema is not None:
-            obj = schemas.prune(schemas.apply_defaults(obj, rt.schema), rt.schema, root=True)
+            pruned: list[str] = []
+            obj = schemas.prune(schemas.apply_defaults(obj, rt.schema), rt.schema, root=True, pruned=pruned)
+            if pruned and self.field_validation == "Strict":
+                unknown = ", ".join(f'unknown field "{p}"' for p in pruned)
+                raise ApiError.bad_request(f"strict decoding error: {unknown}")
+            if self.field_validation != "Ignore":
+                self.warnings.extend(f'unknown field "{p}"' for p in pruned)
             errors.extend(schemas.validate(obj, rt.schema))
         if rt.key == CRD_KEY:
             try:
@@ -427,7 +458,7 @@ class Store:
             return obj
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self._next_rv())
-        self.objects[rt.key][self._key(rt, ns, name)] = obj
+        self._put(rt, self._key(rt, ns, name), obj)
         if rt.key == CRD_KEY:
             obj = self._sync_crd(None, obj)
         self._emit(rt, "ADDED", None, obj)
@@ -532,11 +563,11 @@ class Store:
         if rt.key == CRD_KEY:
             new = self._sync_crd(old, new)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-            del self.objects[rt.key][key]
+            self._drop(rt, key)
             self._emit(rt, "DELETED", old, new)
             self._after_delete(rt, new, None)
             return copy.deepcopy(new)
-        self.objects[rt.key][key] = new
+        self._put(rt, key, new)
         self._emit(rt, "MODIFIED", old, new)
         return copy.deepcopy(new)
 
@@ -614,7 +645,7 @@ class Store:
                 new["metadata"]["annotations"].setdefault(
                     "emulator.queueing.dra.io/propagation-policy", policy
                 )
-            self.objects[rt.key][key] = new
+            self._put(rt, key, new)
             self._emit(rt, "MODIFIED", old, new)
             return copy.deepcopy(new)
         return self._force_delete(rt, ns, name, policy)
@@ -623,7 +654,7 @@ class Store:
         self, rt: ResourceType, ns: str | None, name: str, policy: str | None = None
     ) -> dict[str, Any]:
         key = self._key(rt, ns, name)
-        old = self.objects[rt.key].pop(key)
+        old = self._drop(rt, key)
         final = copy.deepcopy(old)
         final["metadata"]["resourceVersion"] = str(self._next_rv())
         self._emit(rt, "DELETED", old, final)
@@ -639,14 +670,11 @@ class Store:
         self._collect(obj["metadata"].get("uid"), policy)
 
     def _dependents(self, uid: str) -> Iterable[tuple[ResourceType, tuple[str, str], dict[str, Any]]]:
-        for rkey, objs in list(self.objects.items()):
+        for rkey, key in sorted(self._owned.get(uid, ())):
             rt = self.types.get(rkey)
-            if rt is None:
-                continue
-            for key, obj in list(objs.items()):
-                refs = obj["metadata"].get("ownerReferences") or []
-                if any(r.get("uid") == uid for r in refs):
-                    yield rt, key, obj
+            obj = self.objects.get(rkey, {}).get(key)
+            if rt is not None and obj is not None:
+                yield rt, key, obj
 
     def _collect(self, uid: str | None, policy: str) -> None:
         if not uid:
@@ -662,7 +690,7 @@ class Store:
                 else:
                     new["metadata"].pop("ownerReferences", None)
                 new["metadata"]["resourceVersion"] = str(self._next_rv())
-                self.objects[rt.key][key] = new
+                self._put(rt, key, new)
                 self._emit(rt, "MODIFIED", obj, new)
             else:
                 self.delete(rt, key[0] or None, key[1], {"propagationPolicy": "Background"})

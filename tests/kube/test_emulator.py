@@ -550,3 +550,41 @@ async def test_authorizer_hook_and_access_log(kube: KubeClient, emu: Emulator) -
         assert err.value.status == 401
     finally:
         await bad.close()
+
+
+async def test_field_validation_strict_warn_and_list_map_duplicates(kube: KubeClient, emu: Emulator) -> None:
+    body = {"metadata": {"name": "w", "namespace": "default"}, "spec": {"size": 1, "bogus": True}}
+    with pytest.raises(ApiException) as err:
+        await kube.request("POST", WIDGETS.path("default"), {"fieldValidation": "Strict"}, body)
+    assert err.value.status == 400
+    assert status_of(err.value)["message"] == 'strict decoding error: unknown field "spec.bogus"'
+    resp = await kube.raw("POST", WIDGETS.path("default"), {"fieldValidation": "Warn"}, body)
+    try:
+        assert resp.status == 201
+        assert resp.headers.getall("Warning") == ['299 - "unknown field \\"spec.bogus\\""']
+    finally:
+        resp.release()
+    wl = {
+        "metadata": {"name": "dup", "namespace": "default"},
+        "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1, "template": {}}]},
+    }
+    await kube.create(WORKLOADS, wl)
+    cond = {
+        "type": "Admitted",
+        "status": "True",
+        "reason": "R",
+        "message": "m",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    with pytest.raises(ApiException) as err:
+        await kube.patch(
+            WORKLOADS, "dup", {"status": {"conditions": [cond, cond]}}, "default", subresource="status"
+        )
+    causes = status_of(err.value)["details"]["causes"]
+    assert causes == [
+        {
+            "reason": "FieldValueDuplicate",
+            "message": 'Duplicate value: {"type":"Admitted"}',
+            "field": "status.conditions[1]",
+        }
+    ]

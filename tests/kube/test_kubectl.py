@@ -176,3 +176,18 @@ async def test_kubectl_rejects_invalid_workloads_with_field_paths(kubectl: Kubec
     )
     out = await kubectl("apply", "-f", str(manifest), ok=False)
     assert 'The Workload "broken" is invalid: spec.podSets: Required value' in out
+
+
+async def test_kubectl_strict_field_validation_rejects_unknown_fields(
+    kubectl: Kubectl, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "wl.yaml"
+    manifest.write_text(
+        "apiVersion: queueing.dra.io/v1beta1\nkind: Workload\nmetadata: {name: typo}\n"
+        "spec: {queueName: q, podSet: [], podSets: [{name: main, count: 1, template: {}}]}\n"
+    )
+    out = await kubectl("apply", "-f", str(manifest), ok=False)
+    assert 'unknown field "spec.podSet"' in out
+    assert "workload.queueing.dra.io/typo created" in await kubectl(
+        "apply", "--validate=false", "-f", str(manifest)
+    )
