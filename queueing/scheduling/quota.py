@@ -124,12 +124,12 @@ class QuotaTree:
                     continue
                 self._link(node, self.nodes[cohort_id(cq.cohort)])
         # drop cohorts on or under a cycle from the forest
-        for name in names:
+        for name in sorted(names):
             if self._cycle_reason(name, cohort_specs, cyclic):
                 n = self.nodes[cohort_id(name)]
-                if n.parent is not None:
+                if n.parent is not None and n in n.parent.children:
                     n.parent.children.remove(n)
-                    n.parent = None
+                n.parent = None
                 n.children = []
         for root in [n for n in self.nodes.values() if n.parent is None]:
             self._accumulate(root)

@@ -548,3 +548,39 @@ def _q(n: int) -> object:
     from sched_helpers import quota
 
     return quota(n)
+
+
+def test_cohort_level_admission_fair_sharing_orders_queues_by_decayed_usage() -> None:
+    from queueing.scheduling.config import AdmissionFairSharingConfig
+
+    placer = CountingPlacer(nodes(1))
+    pool = (ResourceGroup(("gpu",), (FlavorQuotas("default", {"gpu": _q(8)}),)),)
+    a = gpu_cq("a", 0, cohort="co")
+    b = gpu_cq("b", 0, cohort="co")
+    wls = [job("a0", 8, queue="lq-a", priority=9, t=0), job("b0", 8, queue="lq-b", t=5)]
+    kw = {
+        "cohorts": [CohortSpec("co", resource_groups=pool)],
+        "cluster_queue_usage": {"a": {"gpu": 100.0}, "b": {"gpu": 1.0}},
+    }
+    snap = snapshot([a, b], [lq("lq-a", "a"), lq("lq-b", "b")], wls, **kw)
+    off = SchedulingConfig(admission_fair_sharing=AdmissionFairSharingConfig())
+    on = SchedulingConfig(admission_fair_sharing=AdmissionFairSharingConfig(cohort_level=True))
+    assert [x.key for x in run_cycle(snap, placer, 10.0, off).admissions] == ["default/a0"]  # priority
+    res = run_cycle(snap, placer, 10.0, on)
+    assert [x.key for x in res.admissions] == ["default/b0"]  # b used less recently
+    assert res.cluster_queue_penalties["b"]["gpu"] > 0
+
+
+def test_preemptor_reservation_is_not_taken_by_later_workloads_in_the_cycle() -> None:
+    placer = CountingPlacer(nodes(2))
+    cq = gpu_cq("cq", 16, preemption=LOWER)
+    low = running(job("low", 8, priority=1), "cq", [("n1", 8)])
+    mid = running(job("mid", 4, priority=50), "cq", [("n2", 4)])
+    urgent = job("urgent", 8, priority=100, t=0)
+    filler = job("filler", 4, priority=60, t=1)  # fits in n2's free 4 GPUs
+    res = run_cycle(snapshot([cq], [lq("lq-a", "cq")], [urgent, filler], [low, mid]), placer, 5.0)
+    (plan,) = res.preemptions
+    assert [v.key for v in plan.victims] == ["default/low"]
+    # quota: 8 (low, still running) + 4 (mid) + 8 reserved for urgent = 20 > 16: filler must wait
+    assert res.admissions == ()
+    assert "filler" in res.pending["default/filler"].key
