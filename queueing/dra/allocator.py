@@ -596,7 +596,8 @@ class Allocator:
         misses: list[Shortfall] = []
         for node in nodes:
             got = self.allocate_on(prepared, node, usage)
-            if isinstance(got, Shortfall):
+            if not isinstance(got, tuple):
+                assert got is not None
                 misses.append(got)
                 continue
             for ca in got:
@@ -615,8 +616,11 @@ class Allocator:
         claims: Sequence[PreparedClaim],
         node: Node | None,
         usage: Usage,
-    ) -> tuple[ClaimAllocation, ...] | Shortfall:
-        """All claims on ``node`` or a Shortfall. On success the picks stay taken in ``usage``."""
+        *,
+        explain: bool = True,
+    ) -> tuple[ClaimAllocation, ...] | Shortfall | None:
+        """All claims on ``node``, or why not (a Shortfall; None when ``explain`` is off, which is
+        cheaper). On success the picks stay taken in ``usage``."""
         steps: list[tuple[int, tuple[Alternative, ...]]] = []
         for ci, pc in enumerate(claims):
             for alts in pc.requests:
@@ -624,7 +628,18 @@ class Allocator:
         # early pruning: every request needs enough statically matching devices
         for _ci, alts in steps:
             if not any(self._statically_possible(a, node) for a in alts):
-                return self._diagnose(claims, node, usage, bound_hit=False)
+                return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
+            if len(alts) == 1 and not alts[0].all_mode and not alts[0].admin_access:
+                # cheap dynamic prune: enough devices not taken at all?
+                a = alts[0]
+                free = 0
+                for c in self.candidates(a, node):
+                    if c.dev.multi or not usage.is_taken(c.dev.key):
+                        free += 1
+                        if free >= a.count:
+                            break
+                if free < a.count:
+                    return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         search = _Search(usage=usage, node=node, steps_left=self.max_steps)
         search.cvals = [[[] for _ in pc.constraints] for pc in claims]
         try:
@@ -636,7 +651,7 @@ class Allocator:
             search.picks.clear()
             return self._diagnose(claims, node, usage, bound_hit=True)
         if not ok:
-            return self._diagnose(claims, node, usage, bound_hit=False)
+            return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         return self._results(claims, node, search)
 
     def _statically_possible(self, alt: Alternative, node: Node | None) -> bool:

@@ -1,0 +1,536 @@
+"""Gang placement: every pod of a gang gets a node and all its devices, or the gang gets nothing.
+
+``place_gang(pods, state)`` searches depth first over pods → nodes with backtracking, so an earlier
+pod's choice never blocks a later pod needlessly. For each (pod, node) it checks, cheapest first:
+node unschedulable, ``spec.nodeName``, nodeSelector and required node affinity, taints (NoSchedule,
+NoExecute) vs tolerations, that already allocated shared claims are usable from the node, allocatable
+cpu/memory/pods minus what runs there and what the gang took so far, and finally the pod's
+ResourceClaims through the structured allocator (claims from templates are per pod; a referenced
+ResourceClaim is shared by all its pods and allocated once, on the first pod's node).
+
+Identical pods (same requests, scheduling constraints and claim sources) are placed on nodes in
+non-decreasing order: any placement can be reordered that way, so no solution is lost, and the
+search does not revisit permutations of the same placement. Work is bounded (``max_node_checks``);
+hitting the bound is reported, not hidden.
+
+The result is tentative: ``GangResult.transaction`` holds the changes to the ``ClusterState`` until
+``commit()`` (the claims' allocations become in-use) or ``discard()`` (everything is given back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
+
+from queueing.api.core import Node, Pod
+from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from queueing.dra.allocator import (
+    DEFAULT_MAX_STEPS,
+    Allocator,
+    ClaimAllocation,
+    PreparedClaim,
+    SelectorCache,
+    Shortfall,
+)
+from queueing.dra.errors import AllocationError
+from queueing.dra.features import Features
+from queueing.dra.inventory import Inventory, Pick, Usage
+
+__all__ = [
+    "ClusterState",
+    "GangExplanation",
+    "GangResult",
+    "NodeMiss",
+    "PodPlacement",
+    "Transaction",
+    "place_gang",
+]
+
+DEFAULT_MAX_NODE_CHECKS = 50_000
+_RESOURCES = ("cpu", "memory", "pods")
+MissKind = Literal[
+    "devices",
+    "cpu",
+    "memory",
+    "pods",
+    "shared-claim",
+    "taints",
+    "node-selector",
+    "node-name",
+    "unschedulable",
+]
+# how close a miss of each kind is to a fit, for choosing the "best node" (lower is closer)
+_KIND_RANK: dict[str, int] = {
+    "devices": 0,
+    "cpu": 0,
+    "memory": 0,
+    "pods": 0,
+    "shared-claim": 1,
+    "taints": 2,
+    "node-selector": 3,
+    "node-name": 4,
+    "unschedulable": 5,
+}
+
+
+def _fmt(v: Fraction) -> str:
+    return str(v.numerator) if v.denominator == 1 else f"{float(v):.3f}"
+
+
+def _pod_requests(pod: Pod) -> dict[str, Fraction]:
+    """Effective requests: sum over containers, at least the largest init container; one pod slot."""
+    total: dict[str, Fraction] = {"cpu": Fraction(0), "memory": Fraction(0)}
+    for c in pod.spec.containers:
+        for r in ("cpu", "memory"):
+            q = c.requests.get(r)
+            if q is not None:
+                total[r] += q.value
+    for c in pod.spec.init_containers or []:
+        for r in ("cpu", "memory"):
+            q = c.requests.get(r)
+            if q is not None and q.value > total[r]:
+                total[r] = q.value
+    total["pods"] = Fraction(1)
+    return total
+
+
+# ------------------------------------------------------------------ results
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    pod: str  # namespace/name
+    node: str
+    claims: tuple[ClaimAllocation, ...]  # allocated for this pod (per-pod claims, shared ones on first use)
+    shared: tuple[str, ...]  # keys of shared claims the pod uses (allocated now or before)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMiss:
+    node: str
+    kind: MissKind
+    message: str
+    short_by: Fraction = Fraction(0)  # how much is missing, in the unit of ``kind``
+    claim: str | None = None
+    request: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GangExplanation:
+    """Why a gang does not fit: the pod that could not be placed and its closest node."""
+
+    pod: str
+    message: str
+    best: NodeMiss | None
+    nodes_checked: int
+    bound_hit: bool = False
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True, slots=True)
+class GangResult:
+    placed: bool
+    placements: tuple[PodPlacement, ...] = ()
+    explanation: GangExplanation | None = None
+    transaction: Transaction | None = None  # open (tentative) when placed
+    node_checks: int = 0
+
+    @property
+    def nodes(self) -> dict[str, str]:
+        return {p.pod: p.node for p in self.placements}
+
+
+# ------------------------------------------------------------------ state and transactions
+class ClusterState:
+    """What placement needs, built once per scheduling cycle: nodes, device inventory, classes, claims in
+    use, claim templates and the pods that already run (for cpu/memory/pods). Changed only through
+    transactions (one open at a time)."""
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        slices: Iterable[ResourceSlice],
+        classes: Iterable[DeviceClass] | Mapping[str, DeviceClass],
+        claims: Iterable[ResourceClaim] = (),
+        templates: Iterable[ResourceClaimTemplate] = (),
+        pods: Iterable[Pod] = (),
+        *,
+        features: Features | None = None,
+        cache: SelectorCache | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ) -> None:
+        self.features = features or Features()
+        self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
+        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.inventory = Inventory(slices, partitionable_devices=self.features.partitionable_devices)
+        self.allocator = Allocator(
+            self.inventory, classes, features=self.features, cache=cache, max_steps=max_steps
+        )
+        self.claims: dict[str, ResourceClaim] = {c.key: c for c in claims}
+        self.templates: dict[str, ResourceClaimTemplate] = {t.key: t for t in templates}
+        self.usage: Usage = self.inventory.usage([c for c in self.claims.values() if c.status.allocation])
+        self.allocatable: list[dict[str, Fraction] | None] = []
+        for n in self.nodes:
+            alloc = n.allocatable
+            self.allocatable.append({r: alloc[r].value for r in _RESOURCES if r in alloc} if alloc else None)
+        self.used: list[dict[str, Fraction]] = [dict.fromkeys(_RESOURCES, Fraction(0)) for _ in self.nodes]
+        for p in pods:
+            i = self.node_index.get(p.spec.node_name or "")
+            if i is None or p.status.phase in ("Succeeded", "Failed"):
+                continue
+            for r, v in _pod_requests(p).items():
+                self.used[i][r] += v
+        self._open: Transaction | None = None
+
+    def begin(self) -> Transaction:
+        if self._open is not None and self._open.status == "tentative":
+            raise RuntimeError("a transaction is already open on this ClusterState")
+        self._open = Transaction(self)
+        return self._open
+
+
+@dataclass(slots=True)
+class _Step:
+    """What placing one pod on one node changed (undone on backtrack or discard)."""
+
+    node: int
+    requests: dict[str, Fraction]
+    claims: tuple[ClaimAllocation, ...]
+    new_shared: tuple[str, ...]
+
+
+class Transaction:
+    """Tentative changes to a ClusterState: device picks, node usage, shared claim allocations."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.status: Literal["tentative", "committed", "discarded"] = "tentative"
+        self._steps: list[_Step] = []
+        self.shared: dict[str, ClaimAllocation] = {}  # shared claims allocated in this transaction
+
+    # ---- changes ---------------------------------------------------------------------------
+    def _apply(self, step: _Step) -> None:
+        used = self.state.used[step.node]
+        for r, v in step.requests.items():
+            used[r] += v
+        self._steps.append(step)
+
+    def _undo_last(self) -> None:
+        step = self._steps.pop()
+        used = self.state.used[step.node]
+        for r, v in step.requests.items():
+            used[r] -= v
+        for ca in step.claims:
+            for p in ca.picks:
+                self.state.usage.give_back(p)
+        for key in step.new_shared:
+            del self.shared[key]
+
+    @property
+    def picks(self) -> tuple[Pick, ...]:
+        return tuple(p for s in self._steps for ca in s.claims for p in ca.picks)
+
+    def claims(self) -> tuple[ResourceClaim, ...]:
+        """Every claim allocated in this transaction, with ``status.allocation`` set."""
+        return tuple(ca.allocated_claim() for s in self._steps for ca in s.claims)
+
+    def commit(self) -> tuple[ResourceClaim, ...]:
+        """Make the placement part of the state; returns the newly allocated claims."""
+        self._check_open()
+        out = self.claims()
+        for c in out:
+            self.state.claims[c.key] = c
+        self.status = "committed"
+        return out
+
+    def discard(self) -> None:
+        """Give everything back, as if the placement had never been tried."""
+        self._check_open()
+        while self._steps:
+            self._undo_last()
+        self.status = "discarded"
+
+    def _check_open(self) -> None:
+        if self.status != "tentative":
+            raise RuntimeError(f"transaction already {self.status}")
+
+
+# ------------------------------------------------------------------ the search
+@dataclass(slots=True)
+class _PodPlan:
+    pod: Pod
+    key: str
+    requests: dict[str, Fraction]
+    own: tuple[PreparedClaim, ...]  # per-pod claims from templates
+    shared: tuple[tuple[str, PreparedClaim | None], ...]  # key, prepared (None: allocated before the gang)
+    shape: tuple[object, ...]
+    static_ok: dict[int, NodeMiss | None] = field(default_factory=dict)
+
+
+class _BoundHit(Exception):
+    pass
+
+
+class _Gang:
+    def __init__(
+        self, pods: Sequence[Pod], state: ClusterState, txn: Transaction, max_node_checks: int
+    ) -> None:
+        self.state = state
+        self.txn = txn
+        self.budget = max_node_checks
+        self.checks = 0
+        self.plans = [self._plan(p) for p in pods]
+        self.placements: list[PodPlacement] = []
+
+    # ---- preparation ----------------------------------------------------------------------
+    def _plan(self, pod: Pod) -> _PodPlan:
+        ref = f"Pod {pod.key}"
+        own: list[PreparedClaim] = []
+        shared: list[tuple[str, PreparedClaim | None]] = []
+        sources: list[tuple[str, str, str]] = []
+        ns = pod.namespace or "default"
+        for i, prc in enumerate(pod.spec.resource_claims or []):
+            path = f"spec.resourceClaims[{i}]"
+            if prc.resource_claim_name:
+                key = f"{ns}/{prc.resource_claim_name}"
+                c = self.state.claims.get(key)
+                if c is None:
+                    raise AllocationError(ref, f"{path}.resourceClaimName", f"ResourceClaim {key} not found")
+                prepared = None if c.status.allocation is not None else self.state.allocator.prepare_claim(c)
+                shared.append((key, prepared))
+                sources.append(("claim", prc.name, key))
+            elif prc.resource_claim_template_name:
+                tkey = f"{ns}/{prc.resource_claim_template_name}"
+                t = self.state.templates.get(tkey)
+                if t is None:
+                    raise AllocationError(
+                        ref, f"{path}.resourceClaimTemplateName", f"ResourceClaimTemplate {tkey} not found"
+                    )
+                claim = ResourceClaim.model_validate(
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceClaim",
+                        "metadata": {"name": f"{pod.name}-{prc.name}", "namespace": ns},
+                        "spec": t.spec.spec.model_dump(by_alias=True, exclude_unset=True, mode="json"),
+                    }
+                )
+                own.append(self.state.allocator.prepare_claim(claim))
+                sources.append(("template", prc.name, tkey))
+            else:
+                raise AllocationError(
+                    ref, path, "one of resourceClaimName or resourceClaimTemplateName is required"
+                )
+        spec = pod.spec
+        shape: tuple[object, ...] = (
+            tuple(sorted(_pod_requests(pod).items())),
+            spec.node_name,
+            tuple(sorted((spec.node_selector or {}).items())),
+            spec.affinity.model_dump_json() if spec.affinity else None,
+            tuple(t.model_dump_json() for t in spec.tolerations or []),
+            tuple(sources),
+        )
+        return _PodPlan(pod, pod.key, _pod_requests(pod), tuple(own), tuple(shared), shape)
+
+    # ---- checks ---------------------------------------------------------------------------
+    def _static_miss(self, plan: _PodPlan, i: int) -> NodeMiss | None:
+        if i in plan.static_ok:
+            return plan.static_ok[i]
+        node = self.state.nodes[i]
+        spec = plan.pod.spec
+        miss: NodeMiss | None = None
+        if spec.node_name and spec.node_name != node.name:
+            miss = NodeMiss(node.name, "node-name", f"the pod is bound to node {spec.node_name}")
+        elif node.spec.unschedulable:
+            miss = NodeMiss(node.name, "unschedulable", "the node is unschedulable")
+        elif not spec.fits_node_labels(node.labels, node.name):
+            miss = NodeMiss(
+                node.name, "node-selector", "the pod's nodeSelector/affinity does not match the node"
+            )
+        elif node.spec.taints and not spec.tolerates(node.spec.taints):
+            bad = [
+                t.key
+                for t in node.spec.taints
+                if t.effect in ("NoSchedule", "NoExecute")
+                and not any(x.tolerates(t) for x in spec.tolerations or [])
+            ]
+            miss = NodeMiss(node.name, "taints", f"untolerated node taints: {', '.join(bad)}")
+        plan.static_ok[i] = miss
+        return miss
+
+    def _dynamic_miss(self, plan: _PodPlan, i: int) -> NodeMiss | None:
+        node = self.state.nodes[i]
+        for key, prepared in plan.shared:
+            alloc = None
+            if prepared is None:
+                alloc = self.state.claims[key].status.allocation
+            elif key in self.txn.shared:
+                alloc = self.txn.shared[key].allocation
+            if (
+                alloc is not None
+                and alloc.node_selector is not None
+                and not alloc.node_selector.matches(node.labels, node.name)
+            ):
+                return NodeMiss(
+                    node.name,
+                    "shared-claim",
+                    f"shared claim {key} is allocated on devices not reachable from this node",
+                    claim=key,
+                )
+        cap = self.state.allocatable[i]
+        if cap is not None:
+            used = self.state.used[i]
+            for r in _RESOURCES:
+                need = plan.requests.get(r, Fraction(0))
+                if not need or r not in cap:
+                    continue
+                free = cap[r] - used[r]
+                if need > free:
+                    return NodeMiss(
+                        node.name,
+                        r,  # type: ignore[arg-type]
+                        f"{r}: needs {_fmt(need)}, {_fmt(max(free, Fraction(0)))} free",
+                        short_by=need - free,
+                    )
+        return None
+
+    def _claims_for(self, plan: _PodPlan) -> tuple[list[PreparedClaim], list[str]]:
+        claims = list(plan.own)
+        new_shared = []
+        for key, prepared in plan.shared:
+            if prepared is not None and key not in self.txn.shared and key not in new_shared:
+                claims.append(prepared)
+                new_shared.append(key)
+        return claims, new_shared
+
+    def _try(self, plan: _PodPlan, i: int) -> bool:
+        self.checks += 1
+        if self.checks > self.budget:
+            raise _BoundHit()
+        if self._static_miss(plan, i) is not None or self._dynamic_miss(plan, i) is not None:
+            return False
+        claims, new_shared = self._claims_for(plan)
+        node = self.state.nodes[i]
+        if claims:
+            got = self.state.allocator.allocate_on(claims, node, self.state.usage, explain=False)
+            if not isinstance(got, tuple):
+                if got is not None and got.bound_hit:
+                    raise _BoundHit()
+                return False
+        else:
+            got = ()
+        shared_keys = {c.key for c in claims[len(plan.own) :]}
+        for ca in got:
+            if ca.claim.key in shared_keys:
+                self.txn.shared[ca.claim.key] = ca
+        self.txn._apply(_Step(i, plan.requests, got, tuple(new_shared)))
+        self.placements.append(PodPlacement(plan.key, node.name, got, tuple(k for k, _ in plan.shared)))
+        return True
+
+    def _undo(self) -> None:
+        self.txn._undo_last()
+        self.placements.pop()
+
+    # ---- search -----------------------------------------------------------------------------
+    def search(self, k: int = 0, floor: int = 0) -> bool:
+        if k == len(self.plans):
+            return True
+        plan = self.plans[k]
+        start = floor if k > 0 and self.plans[k - 1].shape == plan.shape else 0
+        for i in range(start, len(self.state.nodes)):
+            if not self._try(plan, i):
+                continue
+            if self.search(k + 1, i):
+                return True
+            self._undo()
+        return False
+
+    # ---- explanation ------------------------------------------------------------------------
+    def explain(self, bound_hit: bool) -> GangExplanation:
+        """Greedy pass up to the first pod that fits nowhere, then that pod's closest node."""
+        self.budget = self.checks + len(self.plans) * len(self.state.nodes) + 1
+        stuck: _PodPlan | None = None
+        for plan in self.plans:
+            try:
+                placed_here = any(self._try(plan, i) for i in range(len(self.state.nodes)))
+            except _BoundHit:
+                placed_here, bound_hit = False, True
+            if not placed_here:
+                stuck = plan
+                break
+        if stuck is None:  # a greedy pass fits: only the bound stopped the search
+            return GangExplanation(
+                self.plans[0].key if self.plans else "",
+                f"search stopped after {self.checks} node checks (work bound); the gang may fit",
+                None,
+                self.checks,
+                bound_hit=True,
+            )
+        misses = [self._miss(stuck, i) for i in range(len(self.state.nodes))]
+        placed = len(self.placements)
+        if not misses:
+            return GangExplanation(stuck.key, f"pod {stuck.key}: no nodes", None, self.checks, bound_hit)
+        best = min(misses, key=lambda m: (_KIND_RANK[m.kind], m.short_by, self.state.node_index[m.node]))
+        head = (
+            f"pod {stuck.key} (pod {placed + 1} of {len(self.plans)}) fits on none of "
+            f"{len(misses)} nodes after {placed} placed; best node {best.node}: {best.message}"
+        )
+        if bound_hit:
+            head += f" (search stopped after {self.checks} node checks)"
+        return GangExplanation(stuck.key, head, best, self.checks, bound_hit)
+
+    def _miss(self, plan: _PodPlan, i: int) -> NodeMiss:
+        miss = self._static_miss(plan, i) or self._dynamic_miss(plan, i)
+        if miss is not None:
+            return miss
+        node = self.state.nodes[i]
+        claims, _ = self._claims_for(plan)
+        got = self.state.allocator.allocate_on(claims, node, self.state.usage, explain=True)
+        if isinstance(got, tuple):  # fits now (only reachable when an earlier search was cut short)
+            for ca in got:
+                for p in ca.picks:
+                    self.state.usage.give_back(p)
+            return NodeMiss(node.name, "devices", "fits on its own", Fraction(0))
+        assert isinstance(got, Shortfall)
+        return NodeMiss(
+            node.name,
+            "devices",
+            f"claim {got.claim}, request {got.request}: {got.detail}",
+            Fraction(got.short_by),
+            claim=got.claim,
+            request=got.request,
+        )
+
+
+def place_gang(
+    pods: Sequence[Pod],
+    state: ClusterState,
+    *,
+    max_node_checks: int = DEFAULT_MAX_NODE_CHECKS,
+) -> GangResult:
+    """Place every pod of the gang or none. On success the result's transaction is open (tentative):
+    commit or discard it. On failure the state is unchanged and the result explains why.
+
+    Raises ``AllocationError`` for input errors that abort allocation (unknown class or claim,
+    CEL errors, ...)."""
+    txn = state.begin()
+    try:
+        gang = _Gang(pods, state, txn, max_node_checks)
+        try:
+            ok = gang.search()
+            bound_hit = False
+        except _BoundHit:
+            ok, bound_hit = False, True
+            while txn._steps:
+                gang._undo()
+        if ok:
+            return GangResult(True, tuple(gang.placements), None, txn, gang.checks)
+        explanation = gang.explain(bound_hit)
+        checks = gang.checks
+    except BaseException:
+        if txn.status == "tentative":
+            txn.discard()
+        raise
+    txn.discard()
+    return GangResult(False, (), explanation, None, checks)
