@@ -404,10 +404,12 @@ class Emulator:
             res = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
             grp = f' in API group "{attrs.group}"'
             scope = f' in the namespace "{attrs.namespace}"' if attrs.namespace else " at the cluster scope"
+            qualified = f"{attrs.resource}.{attrs.group}" if attrs.group else attrs.resource
+            subject = f'{qualified} "{attrs.name}"' if attrs.name else qualified
             raise ApiError(
                 403,
                 "Forbidden",
-                f'{res} is forbidden: User "{user}" cannot {attrs.verb} resource "{res}"{grp}{scope}',
+                f'{subject} is forbidden: User "{user}" cannot {attrs.verb} resource "{res}"{grp}{scope}',
                 {"name": attrs.name, "group": attrs.group, "kind": attrs.resource},
             )
         if attrs.resource_request:

@@ -103,6 +103,36 @@ BUILTINS: list[ResourceType] = [
         ],
     ),
     ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",), (), printer_columns=[_AGE]),
+    ResourceType("", "v1", "secrets", "secret", "Secret", True, (), (), printer_columns=[_col("Type", ".type"), _AGE]),
+    ResourceType("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",), (), printer_columns=[_AGE]),
+    ResourceType(
+        "", "v1", "services", "service", "Service", True, ("svc",), ("all",), True,
+        printer_columns=[_col("Type", ".spec.type"), _col("Cluster-IP", ".spec.clusterIP"), _AGE],
+    ),
+    ResourceType(
+        "apps", "v1", "deployments", "deployment", "Deployment", True, ("deploy",), ("all",), True,
+        printer_columns=[_col("Replicas", ".spec.replicas", "integer"), _col("Available", ".status.availableReplicas", "integer"), _AGE],
+    ),
+    ResourceType(
+        "apps", "v1", "statefulsets", "statefulset", "StatefulSet", True, ("sts",), ("all",), True,
+        printer_columns=[_col("Replicas", ".spec.replicas", "integer"), _AGE],
+    ),
+    ResourceType(
+        "policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True, ("pdb",), (), True,
+        printer_columns=[_col("Min Available", ".spec.minAvailable"), _col("Max Unavailable", ".spec.maxUnavailable"), _AGE],
+    ),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True, printer_columns=[_AGE]),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True,
+                 printer_columns=[_col("Role", ".roleRef.name"), _AGE]),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False, printer_columns=[_AGE]),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", False,
+                 printer_columns=[_col("Role", ".roleRef.name"), _AGE]),
+    ResourceType("admissionregistration.k8s.io", "v1beta1", "mutatingadmissionpolicies", "mutatingadmissionpolicy",
+                 "MutatingAdmissionPolicy", False, printer_columns=[_AGE]),
+    ResourceType("admissionregistration.k8s.io", "v1beta1", "mutatingadmissionpolicybindings",
+                 "mutatingadmissionpolicybinding", "MutatingAdmissionPolicyBinding", False, printer_columns=[_AGE]),
+    ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, (), (),
+                 printer_columns=[_col("Type", ".type"), _col("Reason", ".reason"), _col("Note", ".note")]),
     ResourceType(
         "batch", "v1", "jobs", "job", "Job", True, (), ("all",), True,
         printer_columns=[

@@ -32,7 +32,7 @@ from queueing.testing import schema as schemas
 from queueing.testing.resources import BUILTINS, ResourceType, from_crd
 from queueing.testing.selectors import SelectorError, parse_field_selector, parse_label_selector
 
-__all__ = ["ApiError", "Store", "StoreEvent", "Watcher"]
+__all__ = ["AdmissionHook", "AdmissionRequest", "ApiError", "Store", "StoreEvent", "Watcher"]
 
 CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 NS_KEY = "/namespaces"
@@ -102,6 +102,20 @@ class ApiError(Exception):
     @classmethod
     def bad_request(cls, message: str) -> ApiError:
         return cls(400, "BadRequest", message)
+
+
+@dataclass
+class AdmissionRequest:
+    """What a mutating admission hook sees; it returns the (possibly changed) object or raises ApiError."""
+
+    resource: ResourceType
+    operation: str  # CREATE or UPDATE
+    subresource: str  # "" or "status"
+    object: dict[str, Any]
+    old_object: dict[str, Any] | None
+
+
+AdmissionHook = Callable[[AdmissionRequest], dict[str, Any]]
 
 
 @dataclass
@@ -190,6 +204,8 @@ class Store:
         # fieldValidation of the request being served (Strict/Warn/Ignore) and the warnings it produced
         self.field_validation = "Warn"
         self.warnings: list[str] = []
+        # Python stand-ins for mutating admission (e.g. the MutatingAdmissionPolicy suspending queued Jobs)
+        self.admission_hooks: list[AdmissionHook] = []
         for rt in BUILTINS:
             self.register(copy.deepcopy(rt))
         for ns in INITIAL_NAMESPACES:
@@ -336,6 +352,13 @@ class Store:
             raise ApiError.invalid(rt, name, errors)
         return obj
 
+    def _admit(
+        self, rt: ResourceType, op: str, sub: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        for hook in self.admission_hooks:
+            obj = hook(AdmissionRequest(rt, op, sub, obj, copy.deepcopy(old) if old is not None else None))
+        return obj
+
     def _out(self, rt: ResourceType, obj: dict[str, Any], version: str | None = None) -> dict[str, Any]:
         out = copy.deepcopy(obj)
         if version and version != rt.version:
@@ -453,6 +476,7 @@ class Store:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = _ts(self.clock())
         meta["generation"] = 1
+        obj = self._admit(rt, "CREATE", "", obj, None)
         obj = self._check_schema(rt, name, obj)
         if dry_run:
             return obj
@@ -556,6 +580,7 @@ class Store:
             if _content(new) != _content(old):
                 nmeta["generation"] = int(ometa.get("generation") or 0) + 1
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        new = self._admit(rt, "UPDATE", subresource or "", new, old)
         new = self._check_schema(rt, name, new)
         if new == old or dry_run:
             return copy.deepcopy(new)
