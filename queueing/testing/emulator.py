@@ -601,11 +601,32 @@ class Emulator:
 
                 def apply(cur: dict[str, Any]) -> Any:
                     return strategic_merge_patch(cur, body)
+            elif ctype == "application/apply-patch+yaml":
+                # simplified server-side apply: create when missing, else merge (no managedFields/conflicts)
+                if not q.get("fieldManager"):
+                    raise ApiError(
+                        422,
+                        "Invalid",
+                        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                        "is required for apply patch",
+                    )
+                if not isinstance(body, dict):
+                    raise ApiError.bad_request("an apply patch must be an object")
+                try:
+                    store.get(rt, ns, attrs.name)
+                except ApiError as e:
+                    if e.code != 404:
+                        raise
+                    body.setdefault("metadata", {}).setdefault("name", attrs.name)
+                    return _json(store._out(rt, store.create(rt, ns, body, dry_run), attrs.version), 201)
+
+                def apply(cur: dict[str, Any]) -> Any:
+                    return strategic_merge_patch(cur, body)
             else:
                 raise ApiError(
                     415,
                     "UnsupportedMediaType",
-                    f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ctype})",
+                    f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {ctype})",
                 )
             return _json(
                 store._out(

@@ -588,3 +588,48 @@ async def test_field_validation_strict_warn_and_list_map_duplicates(kube: KubeCl
             "field": "status.conditions[1]",
         }
     ]
+
+
+async def test_admission_hook_stands_in_for_the_mutating_policy(kube: KubeClient, emu: Emulator) -> None:
+    from queueing.testing.store import AdmissionRequest
+
+    def suspend_queued_jobs(req: AdmissionRequest) -> dict[str, Any]:
+        obj = req.object
+        labels = obj["metadata"].get("labels") or {}
+        if (
+            req.resource.plural == "jobs"
+            and req.operation == "CREATE"
+            and "queueing.dra.io/queue-name" in labels
+        ):
+            obj.setdefault("spec", {})["suspend"] = True
+        return obj
+
+    emu.store.admission_hooks.append(suspend_queued_jobs)
+    queued = {
+        "metadata": {"name": "q", "namespace": "default", "labels": {"queueing.dra.io/queue-name": "a"}},
+        "spec": {},
+    }
+    plain = {"metadata": {"name": "p", "namespace": "default"}, "spec": {}}
+    assert (await kube.create(JOBS, queued))["spec"]["suspend"] is True
+    assert "suspend" not in (await kube.create(JOBS, plain))["spec"]
+
+
+async def test_server_side_apply_creates_then_merges(kube: KubeClient) -> None:
+    path = PODS.path("default", "ssa")
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "ssa", "labels": {"a": "1"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    with pytest.raises(ApiException) as err:
+        await kube.request("PATCH", path, body=body, content_type="application/apply-patch+yaml")
+    assert err.value.status == 422
+    q = {"fieldManager": "test"}
+    created = await kube.request("PATCH", path, q, body, content_type="application/apply-patch+yaml")
+    assert created["metadata"]["labels"] == {"a": "1"}
+    again = await kube.request(
+        "PATCH", path, q, {"metadata": {"labels": {"b": "2"}}}, content_type="application/apply-patch+yaml"
+    )
+    assert again["metadata"]["labels"] == {"a": "1", "b": "2"}
+    assert again["metadata"]["uid"] == created["metadata"]["uid"]

@@ -191,3 +191,29 @@ async def test_kubectl_strict_field_validation_rejects_unknown_fields(
     assert "workload.queueing.dra.io/typo created" in await kubectl(
         "apply", "--validate=false", "-f", str(manifest)
     )
+
+
+async def test_kubectl_get_watch_streams_table_rows(
+    kube: KubeClient, kubectl: Kubectl, emu: Emulator
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        str(kubectl_path()), "--kubeconfig", str(kubectl.config), "--cache-dir", str(kubectl.cache),
+        "get", "jobs", "--watch", "--output-watch-events",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        while emu.open_watches == 0:
+            assert proc.returncode is None
+            await asyncio.sleep(0.02)
+        await kube.create(
+            JOBS, {"metadata": {"name": "watched", "namespace": "default"}, "spec": {"suspend": True}}
+        )
+        lines = []
+        while len(lines) < 2:
+            lines.append((await asyncio.wait_for(proc.stdout.readline(), 20)).decode())
+    finally:
+        proc.terminate()
+        await proc.wait()
+    assert lines[0].split()[:3] == ["EVENT", "NAME", "SUSPENDED"]
+    assert lines[1].split()[:3] == ["ADDED", "watched", "true"]
