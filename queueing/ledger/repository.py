@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import and_, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -350,174 +350,227 @@ class Ledger:
 
         Raises UnknownObject, AlreadyAdmitted or QuotaExceeded (nothing is written then).
         """
-        at_ms = _ms(at)
-        try:
-            async with self.engine.begin() as c:
-                return await self._admit(c, req, at_ms)
-        except IntegrityError as e:
-            # the unique index on the active admission (a concurrent admission of the same UID)
-            raise AlreadyAdmitted(f"workload {req.workload_uid} is already admitted") from e
+        return (await self.admit_many([req], at=at))[0]
 
     async def admit_many(self, reqs: Sequence[AdmissionRequest], *, at: Time) -> list[int]:
-        """Admit several workloads in ONE transaction: all or none (batching for throughput)."""
+        """Admit several workloads in ONE transaction, all or none, in request order (batching for
+        throughput: a constant number of statements per batch). Returns the admission ids."""
+        if not reqs:
+            return []
         at_ms = _ms(at)
         try:
             async with self.engine.begin() as c:
-                return [await self._admit(c, r, at_ms) for r in reqs]
+                return await self._admit_batch(c, reqs, at_ms)
         except IntegrityError as e:
-            raise AlreadyAdmitted(f"a workload in the batch is already admitted: {e.orig}") from e
+            # the unique index on the active admission (a concurrent admission of the same UID)
+            uids = ", ".join(r.workload_uid for r in reqs)
+            raise AlreadyAdmitted(f"workload {uids} is already admitted") from e
 
-    async def _lock_queue(self, c: AsyncConnection, cq_name: str) -> Any:
-        cq = (await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.name == cq_name))).first()
-        if cq is None or cq.deleted_at_ms is not None:
-            raise UnknownObject(f"ClusterQueue {cq_name} is not in the ledger")
-        if cq.cohort:  # lock order: cohort, then ClusterQueue, then workload
-            await c.execute(select(m.Cohort.name).where(m.Cohort.name == cq.cohort).with_for_update())
-        cq = (
-            await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.name == cq_name).with_for_update())
-        ).one()
-        return cq
-
-    async def _admit(self, c: AsyncConnection, req: AdmissionRequest, at_ms: int) -> int:
-        cq = await self._lock_queue(c, req.cluster_queue)
-        wl = (
-            await c.execute(select(m.Workload).where(m.Workload.uid == req.workload_uid).with_for_update())
-        ).first()
-        if wl is None:
-            raise UnknownObject(f"workload {req.workload_uid} is not in the ledger")
-        if wl.state == m.ADMITTED:
-            raise AlreadyAdmitted(f"workload {wl.namespace}/{wl.name} ({wl.uid}) is already admitted")
-        if wl.state in (m.FINISHED, m.DELETED):
-            raise LedgerError(f"workload {wl.namespace}/{wl.name} ({wl.uid}) is {wl.state}")
-        charges = _merge_charges(req.charges)
-        await self._check_quota(c, cq, charges)
-
-        attempt = (
+    async def _lock_queues(self, c: AsyncConnection, names: Iterable[str]) -> dict[str, Any]:
+        """Lock cohorts, then ClusterQueues, each in name order (no deadlocks between batches)."""
+        names = sorted(set(names))
+        found = {
+            r.name: r
+            for r in (await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.name.in_(names)))).all()
+        }
+        for n in names:
+            if n not in found or found[n].deleted_at_ms is not None:
+                raise UnknownObject(f"ClusterQueue {n} is not in the ledger")
+        cohorts = sorted({r.cohort for r in found.values() if r.cohort})
+        if cohorts:
             await c.execute(
-                select(func.count()).select_from(m.Admission).where(m.Admission.workload_uid == wl.uid)
+                select(m.Cohort.name)
+                .where(m.Cohort.name.in_(cohorts))
+                .order_by(m.Cohort.name)
+                .with_for_update()
             )
-        ).scalar_one() + 1
-        aid = (
+        locked = (
             await c.execute(
-                insert(m.Admission)
-                .values(
-                    workload_uid=wl.uid,
-                    attempt=attempt,
-                    cluster_queue=cq.name,
-                    quota_version=cq.quota_version,
-                    namespace=wl.namespace,
-                    local_queue=wl.local_queue,
-                    flavors_json=json.dumps(dict(req.flavors), sort_keys=True),
-                    queued_at_ms=wl.queued_at_ms,
-                    admitted_at_ms=at_ms,
+                select(m.ClusterQueue)
+                .where(m.ClusterQueue.name.in_(names))
+                .order_by(m.ClusterQueue.name)
+                .with_for_update()
+            )
+        ).all()
+        return {r.name: r for r in locked}
+
+    async def _admit_batch(
+        self, c: AsyncConnection, reqs: Sequence[AdmissionRequest], at_ms: int
+    ) -> list[int]:
+        cqs = await self._lock_queues(c, [r.cluster_queue for r in reqs])
+        uids = [r.workload_uid for r in reqs]
+        if len(set(uids)) != len(uids):
+            raise AlreadyAdmitted("the batch admits a workload twice")
+        wls = {
+            r.uid: r
+            for r in (
+                await c.execute(
+                    select(m.Workload)
+                    .where(m.Workload.uid.in_(uids))
+                    .order_by(m.Workload.uid)
+                    .with_for_update()
                 )
-                .returning(m.Admission.id)
-            )
-        ).scalar_one()
-        if charges:
-            await c.execute(
-                insert(m.AdmissionCharge),
-                [
-                    {"admission_id": aid, "flavor": ch.flavor, "resource": ch.resource, "amount": ch.amount}
-                    for ch in charges
-                ],
-            )
-        if req.pods:
-            await c.execute(
-                insert(m.AdmissionPod),
-                [
-                    {
-                        "admission_id": aid,
-                        "pod_index": p.pod_index,
-                        "pod_set": p.pod_set,
-                        "pod_name": p.pod_name,
-                        "node": p.node,
-                        "devices_json": _devices_json(p.devices),
-                    }
-                    for p in req.pods
-                ],
-            )
-        await self._journal(
-            c, m.RESERVE, at_ms, wl.uid, aid, wl.namespace, wl.local_queue, cq.name, charges, req.pods
-        )
-        await self._add_usage(c, cq.name, charges, sign=1)
-        await c.execute(
-            update(m.Workload)
-            .where(m.Workload.uid == wl.uid)
-            .values(state=m.ADMITTED, cluster_queue=cq.name, admitted_at_ms=at_ms, updated_at_ms=at_ms)
-        )
-        return int(aid)
+            ).all()
+        }
+        for uid in uids:
+            wl = wls.get(uid)
+            if wl is None:
+                raise UnknownObject(f"workload {uid} is not in the ledger")
+            if wl.state == m.ADMITTED:
+                raise AlreadyAdmitted(f"workload {wl.namespace}/{wl.name} ({wl.uid}) is already admitted")
+            if wl.state in (m.FINISHED, m.DELETED):
+                raise LedgerError(f"workload {wl.namespace}/{wl.name} ({wl.uid}) is {wl.state}")
 
-    async def _check_quota(self, c: AsyncConnection, cq: Any, charges: Sequence[Charge]) -> None:
-        members = [cq.name]
-        if cq.cohort:
-            members = list(
+        # quotas and usage of every ClusterQueue involved (and of their cohorts' members)
+        cohorts = sorted({q.cohort for q in cqs.values() if q.cohort})
+        members: dict[str, list[str]] = defaultdict(list)
+        if cohorts:
+            for r in (
+                await c.execute(
+                    select(m.ClusterQueue.name, m.ClusterQueue.cohort).where(
+                        m.ClusterQueue.cohort.in_(cohorts), m.ClusterQueue.deleted_at_ms.is_(None)
+                    )
+                )
+            ).all():
+                members[r.cohort].append(r.name)
+        names = sorted(set(cqs) | {n for ms in members.values() for n in ms})
+        quotas: dict[UsageKey, Any] = {
+            (r.cluster_queue, r.flavor, r.resource): r
+            for r in (
+                await c.execute(
+                    select(m.QuotaVersion.cluster_queue, m.Quota)
+                    .join(m.Quota, m.Quota.quota_version_id == m.QuotaVersion.id)
+                    .where(m.QuotaVersion.cluster_queue.in_(names), m.QuotaVersion.valid_to_ms.is_(None))
+                )
+            ).all()
+        }
+        old_usage: dict[UsageKey, Quantity] = {
+            (r.cluster_queue, r.flavor, r.resource): r.amount
+            for r in (
+                await c.execute(select(m.QueueUsage).where(m.QueueUsage.cluster_queue.in_(names)))
+            ).all()
+        }
+        usage = dict(old_usage)
+        merged = [_merge_charges(r.charges) for r in reqs]
+        for req, charges in zip(reqs, merged, strict=True):
+            cq = cqs[req.cluster_queue]
+            check_fits(cq.name, cq.cohort, members.get(cq.cohort, [cq.name]), quotas, usage, charges)
+
+        prior = dict(
+            (
+                await c.execute(
+                    select(m.Admission.workload_uid, func.count())
+                    .where(m.Admission.workload_uid.in_(uids))
+                    .group_by(m.Admission.workload_uid)
+                )
+            ).all()
+        )
+        rows = [
+            {
+                "workload_uid": req.workload_uid,
+                "attempt": int(prior.get(req.workload_uid, 0)) + 1,
+                "cluster_queue": req.cluster_queue,
+                "quota_version": cqs[req.cluster_queue].quota_version,
+                "namespace": wls[req.workload_uid].namespace,
+                "local_queue": wls[req.workload_uid].local_queue,
+                "flavors_json": json.dumps(dict(req.flavors), sort_keys=True),
+                "queued_at_ms": wls[req.workload_uid].queued_at_ms,
+                "admitted_at_ms": at_ms,
+            }
+            for req in reqs
+        ]
+        if len(rows) == 1:
+            ids = [
+                (await c.execute(insert(m.Admission).values(rows[0]).returning(m.Admission.id))).scalar_one()
+            ]
+        else:
+            ids = list(
                 (
                     await c.execute(
-                        select(m.ClusterQueue.name).where(
-                            m.ClusterQueue.cohort == cq.cohort, m.ClusterQueue.deleted_at_ms.is_(None)
-                        )
+                        insert(m.Admission).returning(m.Admission.id, sort_by_parameter_order=True), rows
                     )
                 ).scalars()
             )
-        quota_rows = (
-            await c.execute(
-                select(m.QuotaVersion.cluster_queue, m.Quota)
-                .join(m.Quota, m.Quota.quota_version_id == m.QuotaVersion.id)
-                .where(m.QuotaVersion.cluster_queue.in_(members), m.QuotaVersion.valid_to_ms.is_(None))
+        charge_rows: list[dict[str, Any]] = []
+        pod_rows: list[dict[str, Any]] = []
+        journal_rows: list[dict[str, Any]] = []
+        for aid, req, charges in zip(ids, reqs, merged, strict=True):
+            wl = wls[req.workload_uid]
+            charge_rows += [
+                {"admission_id": aid, "flavor": ch.flavor, "resource": ch.resource, "amount": ch.amount}
+                for ch in charges
+            ]
+            pod_rows += [
+                {
+                    "admission_id": aid,
+                    "pod_index": p.pod_index,
+                    "pod_set": p.pod_set,
+                    "pod_name": p.pod_name,
+                    "node": p.node,
+                    "devices_json": _devices_json(p.devices),
+                }
+                for p in req.pods
+            ]
+            journal_rows += _journal_rows(
+                m.RESERVE,
+                at_ms,
+                wl.uid,
+                aid,
+                wl.namespace,
+                wl.local_queue,
+                req.cluster_queue,
+                charges,
+                req.pods,
             )
-        ).all()
-        quotas: dict[UsageKey, Any] = {(r.cluster_queue, r.flavor, r.resource): r for r in quota_rows}
-        usage_rows = (
-            await c.execute(select(m.QueueUsage).where(m.QueueUsage.cluster_queue.in_(members)))
-        ).all()
-        usage: dict[UsageKey, Quantity] = {
-            (r.cluster_queue, r.flavor, r.resource): r.amount for r in usage_rows
-        }
-        for ch in charges:
-            key = (cq.name, ch.flavor, ch.resource)
-            q = quotas.get(key)
-            if q is None:
-                if ch.amount.is_zero():
-                    continue
-                raise QuotaExceeded(
-                    f"ClusterQueue {cq.name} has no quota for flavor {ch.flavor} resource {ch.resource}"
+        if charge_rows:
+            await c.execute(insert(m.AdmissionCharge), charge_rows)
+        if pod_rows:
+            await c.execute(insert(m.AdmissionPod), pod_rows)
+        if journal_rows:
+            await c.execute(insert(m.JournalEntry), journal_rows)
+        await self._write_usage(c, old_usage, usage)
+        await c.execute(
+            update(m.Workload)
+            .where(m.Workload.uid == bindparam("b_uid"))
+            .values(
+                state=m.ADMITTED,
+                cluster_queue=bindparam("b_cq"),
+                admitted_at_ms=at_ms,
+                updated_at_ms=at_ms,
+            ),
+            [{"b_uid": r.workload_uid, "b_cq": r.cluster_queue} for r in reqs],
+        )
+        return [int(i) for i in ids]
+
+    async def _write_usage(
+        self, c: AsyncConnection, old: Mapping[UsageKey, Quantity], new: Mapping[UsageKey, Quantity]
+    ) -> None:
+        ins = [
+            {"cluster_queue": k[0], "flavor": k[1], "resource": k[2], "amount": v}
+            for k, v in new.items()
+            if k not in old
+        ]
+        upd = [
+            {"b_cq": k[0], "b_flavor": k[1], "b_resource": k[2], "b_amount": v}
+            for k, v in new.items()
+            if k in old and old[k] != v
+        ]
+        if ins:
+            await c.execute(insert(m.QueueUsage), ins)
+        if upd:
+            await c.execute(
+                update(m.QueueUsage)
+                .where(
+                    m.QueueUsage.cluster_queue == bindparam("b_cq"),
+                    m.QueueUsage.flavor == bindparam("b_flavor"),
+                    m.QueueUsage.resource == bindparam("b_resource"),
                 )
-            new = usage.get(key, ZERO) + ch.amount
-            usage[key] = new
-            if cq.cohort is None:
-                cap: Quantity | None = q.nominal
-            elif q.borrowing_limit is not None:
-                cap = q.nominal + q.borrowing_limit
-            else:
-                cap = None
-            if cap is not None and new > cap:
-                raise QuotaExceeded(
-                    f"ClusterQueue {cq.name}: {ch.resource} in flavor {ch.flavor} would use {new}, "
-                    f"more than its quota {cap}"
-                )
-            if cq.cohort is None:
-                continue
-            # cohort: what members use beyond their guaranteed quota comes from the lendable pool
-            beyond = ZERO
-            pool = ZERO
-            for member in members:
-                mq = quotas.get((member, ch.flavor, ch.resource))
-                used = usage.get((member, ch.flavor, ch.resource), ZERO)
-                if mq is None:
-                    beyond = beyond + used
-                    continue
-                guaranteed = mq.nominal - mq.lending_limit if mq.lending_limit is not None else ZERO
-                if guaranteed < ZERO:
-                    guaranteed = ZERO
-                pool = pool + (mq.nominal - guaranteed)
-                if used > guaranteed:
-                    beyond = beyond + (used - guaranteed)
-            if beyond > pool:
-                raise QuotaExceeded(
-                    f"cohort {cq.cohort}: {ch.resource} in flavor {ch.flavor} would need {beyond} "
-                    f"from the shared pool, which has {pool}"
-                )
+                .values(amount=bindparam("b_amount")),
+                upd,
+            )
+
+    async def _lock_queue(self, c: AsyncConnection, cq_name: str) -> Any:
+        return (await self._lock_queues(c, [cq_name]))[cq_name]
 
     async def _add_usage(self, c: AsyncConnection, cq: str, charges: Sequence[Charge], sign: int) -> None:
         for ch in charges:
@@ -549,45 +602,7 @@ class Ledger:
         charges: Sequence[Charge],
         pods: Sequence[PodPlan],
     ) -> None:
-        base = {
-            "at_ms": at_ms,
-            "kind": kind,
-            "workload_uid": uid,
-            "admission_id": aid,
-            "namespace": namespace,
-            "local_queue": local_queue,
-            "cluster_queue": cq,
-        }
-        rows: list[dict[str, Any]] = [
-            {
-                **base,
-                "metric": m.METRIC_QUOTA,
-                "flavor": ch.flavor,
-                "resource": ch.resource,
-                "amount": ch.amount,
-            }
-            for ch in charges
-        ]
-        for dclass, (n, mem) in sorted(device_usage(pods).items()):
-            rows.append(
-                {
-                    **base,
-                    "metric": m.METRIC_DEVICES,
-                    "flavor": "",
-                    "resource": dclass,
-                    "amount": Quantity.from_value(n),
-                }
-            )
-            if mem:
-                rows.append(
-                    {
-                        **base,
-                        "metric": m.METRIC_DEVICE_MEMORY,
-                        "flavor": "",
-                        "resource": dclass,
-                        "amount": mem,
-                    }
-                )
+        rows = _journal_rows(kind, at_ms, uid, aid, namespace, local_queue, cq, charges, pods)
         if rows:
             await c.execute(insert(m.JournalEntry), rows)
 
@@ -974,3 +989,105 @@ def _merge_charges(charges: Iterable[Charge]) -> tuple[Charge, ...]:
         k = (ch.flavor, ch.resource)
         total[k] = total[k] + ch.amount if k in total else ch.amount
     return tuple(Charge(f, r, a) for (f, r), a in sorted(total.items()))
+
+
+def check_fits(
+    cq: str,
+    cohort: str | None,
+    members: Sequence[str],
+    quotas: Mapping[UsageKey, Any],
+    usage: dict[UsageKey, Quantity],
+    charges: Sequence[Charge],
+) -> None:
+    """Add ``charges`` to ``usage`` (in place) if they fit, else raise QuotaExceeded (usage unchanged).
+
+    Without a cohort: usage <= nominal. In a cohort: usage <= nominal + borrowingLimit (when set), and
+    what all members use beyond their guaranteed quota (nominal - lendingLimit, or 0 without a lending
+    limit) fits in the cohort's lendable pool (the sum of nominal - guaranteed): invariant 1.
+    """
+    new = dict(usage)
+    for ch in charges:
+        key = (cq, ch.flavor, ch.resource)
+        q = quotas.get(key)
+        if q is None:
+            if ch.amount.is_zero():
+                continue
+            raise QuotaExceeded(
+                f"ClusterQueue {cq} has no quota for flavor {ch.flavor} resource {ch.resource}"
+            )
+        used = new.get(key, ZERO) + ch.amount
+        new[key] = used
+        cap: Quantity | None
+        if cohort is None:
+            cap = q.nominal
+        elif q.borrowing_limit is not None:
+            cap = q.nominal + q.borrowing_limit
+        else:
+            cap = None
+        if cap is not None and used > cap:
+            raise QuotaExceeded(
+                f"ClusterQueue {cq}: {ch.resource} in flavor {ch.flavor} would use {used}, more than its quota {cap}"
+            )
+        if cohort is None:
+            continue
+        beyond = ZERO
+        pool = ZERO
+        for member in members:
+            mq = quotas.get((member, ch.flavor, ch.resource))
+            mused = new.get((member, ch.flavor, ch.resource), ZERO)
+            if mq is None:
+                beyond = beyond + mused
+                continue
+            guaranteed = mq.nominal - mq.lending_limit if mq.lending_limit is not None else ZERO
+            if guaranteed < ZERO:
+                guaranteed = ZERO
+            pool = pool + (mq.nominal - guaranteed)
+            if mused > guaranteed:
+                beyond = beyond + (mused - guaranteed)
+        if beyond > pool:
+            raise QuotaExceeded(
+                f"cohort {cohort}: {ch.resource} in flavor {ch.flavor} would need {beyond} "
+                f"from the shared pool, which has {pool}"
+            )
+    usage.update(new)
+
+
+def _journal_rows(
+    kind: str,
+    at_ms: int,
+    uid: str,
+    aid: int,
+    namespace: str,
+    local_queue: str,
+    cq: str,
+    charges: Sequence[Charge],
+    pods: Sequence[PodPlan],
+) -> list[dict[str, Any]]:
+    base = {
+        "at_ms": at_ms,
+        "kind": kind,
+        "workload_uid": uid,
+        "admission_id": aid,
+        "namespace": namespace,
+        "local_queue": local_queue,
+        "cluster_queue": cq,
+    }
+    rows: list[dict[str, Any]] = [
+        {**base, "metric": m.METRIC_QUOTA, "flavor": ch.flavor, "resource": ch.resource, "amount": ch.amount}
+        for ch in charges
+    ]
+    for dclass, (n, mem) in sorted(device_usage(pods).items()):
+        rows.append(
+            {
+                **base,
+                "metric": m.METRIC_DEVICES,
+                "flavor": "",
+                "resource": dclass,
+                "amount": Quantity.from_value(n),
+            }
+        )
+        if mem:
+            rows.append(
+                {**base, "metric": m.METRIC_DEVICE_MEMORY, "flavor": "", "resource": dclass, "amount": mem}
+            )
+    return rows
