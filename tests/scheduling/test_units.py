@@ -34,9 +34,9 @@ FR = ("default", "gpu")
 
 
 def cq(
-    name: str, nominal: int, cohort: str | None = "co", b: int | None = None, l: int | None = None
-) -> ClusterQueueSpec:  # noqa: E741
-    g = ResourceGroup(("gpu",), (FlavorQuotas("default", {"gpu": quota(nominal, b, l)}),))
+    name: str, nominal: int, cohort: str | None = "co", b: int | None = None, lend: int | None = None
+) -> ClusterQueueSpec:
+    g = ResourceGroup(("gpu",), (FlavorQuotas("default", {"gpu": quota(nominal, b, lend)}),))
     return ClusterQueueSpec(name, (g,), cohort=cohort)
 
 
@@ -49,7 +49,7 @@ def cohort(name: str, own: int = 0, parent: str | None = None, l: int | None = N
 
 
 def test_lending_limit_guaranteed_quota_and_usage_bubbling() -> None:
-    t = QuotaTree([cq("a", 10), cq("b", 10, l=4)])
+    t = QuotaTree([cq("a", 10), cq("b", 10, lend=4)])
     # b lends only 4: the cohort pool is 10 + 4
     assert t.subtree_of(cohort_id("co"))[FR] == 14
     assert t.available("a", FR) == 14
