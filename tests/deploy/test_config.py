@@ -273,8 +273,7 @@ def test_reference_example_loads(tmp_path: Path) -> None:
 
 def test_deployed_configmap_loads(tmp_path: Path) -> None:
     """The configuration file shipped in deploy/ is valid (with the Secret file it points to)."""
-    cm = yaml.safe_load((ROOT / "deploy" / "base" / "configmap.yaml").read_text())
-    data = yaml.safe_load(cm["data"]["config.yaml"])
+    data = yaml.safe_load((ROOT / "deploy" / "base" / "config.yaml").read_text())
     assert data["databaseURLFile"] == "/etc/queueing/database/url"
     secret = tmp_path / "url"
     secret.write_text("postgresql+asyncpg://queueing@postgres:5432/queueing")
