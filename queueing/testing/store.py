@@ -465,7 +465,7 @@ class Store:
                 f'{rt.qualified} "{name}" already exists',
                 {"name": name, "group": rt.group, "kind": rt.plural},
             )
-        if rt.status_subresource and rt.key != CRD_KEY:
+        if rt.status_subresource and rt.key not in (CRD_KEY, "/nodes"):  # nodes register with their status
             obj.pop("status", None)
             if rt.key == "/pods":
                 obj["status"] = {"phase": "Pending"}

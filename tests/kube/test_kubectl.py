@@ -217,3 +217,27 @@ async def test_kubectl_get_watch_streams_table_rows(
         await proc.wait()
     assert lines[0].split()[:3] == ["EVENT", "NAME", "SUSPENDED"]
     assert lines[1].split()[:3] == ["ADDED", "watched", "true"]
+
+
+async def test_kubectl_create_label_patch_and_describe_builtins(
+    kube: KubeClient, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "node.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: gpu-1}\nstatus: {allocatable: {cpu: '8'}, capacity: {cpu: '8'}}\n"
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\n"
+        "spec: {nodeName: gpu-1, containers: [{name: c, image: busybox, resources: {requests: {cpu: '2'}}}]}\n"
+    )
+    assert "node/gpu-1 created" in await kubectl("create", "-f", str(manifest))
+    assert "node/gpu-1 labeled" in await kubectl("label", "node", "gpu-1", "nvidia.com/gpu.product=H200")
+    node = await kube.request("GET", "/api/v1/nodes/gpu-1")
+    assert node["metadata"]["labels"] == {"nvidia.com/gpu.product": "H200"}
+    assert node["status"]["allocatable"] == {"cpu": "8"}  # nodes keep the status they register with
+    await kubectl("patch", "pod", "p", "--type=merge", "-p", '{"metadata":{"annotations":{"a":"b"}}}')
+    assert (await kube.request("GET", "/api/v1/namespaces/default/pods/p"))["metadata"]["annotations"] == {
+        "a": "b"
+    }
+    described = await kubectl("describe", "node", "gpu-1")
+    assert re.search(r"default\s+p\s+2 \(25%\)", described)  # the node describer lists pods by spec.nodeName
+    assert re.search(r"Node:\s+gpu-1", await kubectl("describe", "pod", "p"))
+    assert 'pod "p" deleted' in await kubectl("delete", "pod", "p")
