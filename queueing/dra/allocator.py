@@ -159,6 +159,7 @@ class PreparedClaim:
     ref: str  # "ResourceClaim ns/name"
     requests: tuple[tuple[Alternative, ...], ...]
     constraints: tuple[Constraint, ...]
+    shape: tuple[object, ...] = ()  # what the outcome depends on (not the claim's name)
 
     @property
     def key(self) -> str:
@@ -332,6 +333,10 @@ class Allocator:
         self.max_steps = max_steps
         self._class_selectors: dict[str, tuple[BoundSelector, ...]] = {}
         self._candidates: dict[tuple[tuple[object, ...], str], tuple[_Candidate, ...]] = {}
+        # (claims shape, node) -> (usage token, epoch) of a search that found no fit
+        self._fail: dict[tuple[object, str], tuple[object, int]] = {}
+        # claims shape -> (usage token, epoch, node sequence, index of the first node worth trying)
+        self._skip: dict[tuple[object, ...], tuple[object, int, object, int]] = {}
 
     # ---- preparation (node independent) ---------------------------------------------------
     def _class(self, name: str, ref: str, field_path: str) -> tuple[DeviceClass, tuple[BoundSelector, ...]]:
@@ -459,7 +464,11 @@ class Allocator:
                     distinct=c.distinct_attribute is not None,
                 )
             )
-        return PreparedClaim(claim, ref, tuple(prepared), tuple(constraints))
+        shape = (
+            tuple(tuple((a.signature, a.count, a.all_mode) for a in alts) for alts in prepared),
+            tuple(constraints),
+        )
+        return PreparedClaim(claim, ref, tuple(prepared), tuple(constraints), shape)
 
     def _alternative(
         self,
@@ -584,6 +593,18 @@ class Allocator:
         self._candidates[key] = result
         return result
 
+    def warm(self, claims: Sequence[PreparedClaim], nodes: Iterable[Node | None]) -> int:
+        """Evaluate the selectors of these request shapes on every device of ``nodes`` ahead of time
+        (what a controller does when slices change); returns the number of candidate lists built."""
+        n = 0
+        for node in nodes:
+            for pc in claims:
+                for alts in pc.requests:
+                    for a in alts:
+                        self.candidates(a, node)
+                        n += 1
+        return n
+
     # ---- search ----------------------------------------------------------------------------
     def allocate(
         self,
@@ -593,17 +614,32 @@ class Allocator:
     ) -> AllocationOutcome:
         """Try ``nodes`` in order; the first where all claims fit wins. ``usage`` is left unchanged."""
         prepared = self._ensure_prepared(claims)
+        # first fit over the same node sequence: nodes before the last fit (or all, after a miss) did
+        # not fit claims of this shape at this usage epoch, and taking more cannot change that
+        shape = tuple(pc.shape for pc in prepared)
+        start = 0
+        skip = self._skip.get(shape)
+        if skip is not None and skip[0] is usage.token and skip[1] == usage.epoch and skip[2] is nodes:
+            start = skip[3]
+        for idx in range(start, len(nodes)):
+            node = nodes[idx]
+            got = self.allocate_on(prepared, node, usage, explain=False)
+            if isinstance(got, tuple):
+                for ca in got:
+                    for p in ca.picks:
+                        usage.give_back(p, backtrack=True)
+                self._skip[shape] = (usage.token, usage.epoch, nodes, idx)
+                return AllocationOutcome(node.name if node is not None else None, got, (), True)
+            if got is not None and got.bound_hit:
+                start = -1  # a node was not fully searched: do not remember the prefix
+        if start >= 0:
+            self._skip[shape] = (usage.token, usage.epoch, nodes, len(nodes))
+        # nothing fits: now say why, node by node
         misses: list[Shortfall] = []
         for node in nodes:
-            got = self.allocate_on(prepared, node, usage)
-            if not isinstance(got, tuple):
-                assert got is not None
-                misses.append(got)
-                continue
-            for ca in got:
-                for p in ca.picks:
-                    usage.give_back(p)
-            return AllocationOutcome(node.name if node is not None else None, got, tuple(misses), True)
+            got = self.allocate_on(prepared, node, usage, explain=True)
+            assert isinstance(got, Shortfall), "a node that did not fit a moment ago fits now"
+            misses.append(got)
         return AllocationOutcome(None, (), tuple(misses), False)
 
     def _ensure_prepared(
@@ -621,13 +657,30 @@ class Allocator:
     ) -> tuple[ClaimAllocation, ...] | Shortfall | None:
         """All claims on ``node``, or why not (a Shortfall; None when ``explain`` is off, which is
         cheaper). On success the picks stay taken in ``usage``."""
+        fail_key = (tuple(pc.shape for pc in claims), node.name if node is not None else "")
+        seen = self._fail.get(fail_key)
+        if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+            return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         steps: list[tuple[int, tuple[Alternative, ...]]] = []
+        need = 0
         for ci, pc in enumerate(claims):
             for alts in pc.requests:
                 steps.append((ci, alts))
+                if not any(a.all_mode or a.admin_access for a in alts):
+                    need += min(a.count for a in alts)
+        if need:
+            # cheapest necessary condition, before any selector is evaluated on this node
+            free = 0
+            for d in self.inventory.devices_on(node):
+                if d.multi or not usage.is_taken(d.key):
+                    free += 1
+            if free < need:
+                self._fail[fail_key] = (usage.token, usage.epoch)
+                return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         # early pruning: every request needs enough statically matching devices
         for _ci, alts in steps:
             if not any(self._statically_possible(a, node) for a in alts):
+                self._fail[fail_key] = (usage.token, usage.epoch)
                 return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
             if len(alts) == 1 and not alts[0].all_mode and not alts[0].admin_access:
                 # cheap dynamic prune: enough devices not taken at all?
@@ -639,6 +692,7 @@ class Allocator:
                         if free >= a.count:
                             break
                 if free < a.count:
+                    self._fail[fail_key] = (usage.token, usage.epoch)
                     return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         search = _Search(usage=usage, node=node, steps_left=self.max_steps)
         search.cvals = [[[] for _ in pc.constraints] for pc in claims]
@@ -647,10 +701,11 @@ class Allocator:
         except _BoundHit:
             ok = False
             for _, _, p in reversed(search.picks):
-                usage.give_back(p)
+                usage.give_back(p, backtrack=True)
             search.picks.clear()
             return self._diagnose(claims, node, usage, bound_hit=True)
         if not ok:
+            self._fail[fail_key] = (usage.token, usage.epoch)
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         return self._results(claims, node, search)
 
@@ -776,7 +831,7 @@ class Allocator:
     def _undo_to(self, pc: PreparedClaim, ci: int, s: _Search, mark: int) -> None:
         while len(s.picks) > mark:
             _, alt, pick = s.picks.pop()
-            s.usage.give_back(pick)
+            s.usage.give_back(pick, backtrack=True)
             ik = (ci, pick.device.key)
             n = s.in_claim[ik] - 1
             if n:

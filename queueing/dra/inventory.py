@@ -138,6 +138,11 @@ class Usage:
     devices: dict[DeviceKey, int] = field(default_factory=dict)
     counters: dict[CounterKey, Fraction] = field(default_factory=dict)
     capacity: dict[tuple[DeviceKey, str], Fraction] = field(default_factory=dict)
+    # ``epoch`` counts real releases. Taking more never turns a "does not fit" into a fit, so the
+    # allocator may remember failures per (usage token, epoch); backtracking inside one search
+    # restores an earlier state and does not count.
+    epoch: int = 0
+    token: object = field(default_factory=object)
 
     def copy(self) -> Usage:
         return Usage(dict(self.devices), dict(self.counters), dict(self.capacity))
@@ -157,9 +162,12 @@ class Usage:
             ik = (key, name)
             self.capacity[ik] = self.capacity.get(ik, Fraction(0)) + amount
 
-    def give_back(self, pick: Pick) -> None:
+    def give_back(self, pick: Pick, *, backtrack: bool = False) -> None:
+        """Release a pick. ``backtrack``: undoing a step of a search that took it (no new epoch)."""
         if pick.admin_access:
             return
+        if not backtrack:
+            self.epoch += 1
         key = pick.device.key
         if not pick.device.multi:
             n = self.devices.get(key, 0) - 1
