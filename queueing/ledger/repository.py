@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -572,40 +572,6 @@ class Ledger:
     async def _lock_queue(self, c: AsyncConnection, cq_name: str) -> Any:
         return (await self._lock_queues(c, [cq_name]))[cq_name]
 
-    async def _add_usage(self, c: AsyncConnection, cq: str, charges: Sequence[Charge], sign: int) -> None:
-        for ch in charges:
-            cond = and_(
-                m.QueueUsage.cluster_queue == cq,
-                m.QueueUsage.flavor == ch.flavor,
-                m.QueueUsage.resource == ch.resource,
-            )
-            cur = (await c.execute(select(m.QueueUsage.amount).where(cond))).scalar_one_or_none()
-            if cur is None:
-                await c.execute(
-                    insert(m.QueueUsage).values(
-                        cluster_queue=cq, flavor=ch.flavor, resource=ch.resource, amount=ch.amount * sign
-                    )
-                )
-            else:
-                await c.execute(update(m.QueueUsage).where(cond).values(amount=cur + ch.amount * sign))
-
-    async def _journal(
-        self,
-        c: AsyncConnection,
-        kind: str,
-        at_ms: int,
-        uid: str,
-        aid: int,
-        namespace: str,
-        local_queue: str,
-        cq: str,
-        charges: Sequence[Charge],
-        pods: Sequence[PodPlan],
-    ) -> None:
-        rows = _journal_rows(kind, at_ms, uid, aid, namespace, local_queue, cq, charges, pods)
-        if rows:
-            await c.execute(insert(m.JournalEntry), rows)
-
     # ------------------------------------------------------------------ release / evict
     async def finish(self, uid: str, *, at: Time, reason: str = "Finished") -> ReleaseResult:
         """The workload finished: release its quota."""
@@ -696,54 +662,114 @@ class Ledger:
     async def _release(
         self, c: AsyncConnection, uid: str, at_ms: int, reason: str, final_state: str
     ) -> ReleaseResult:
-        adm = (
-            await c.execute(
-                select(m.Admission).where(
-                    m.Admission.workload_uid == uid, m.Admission.released_at_ms.is_(None)
+        return (await self._release_batch(c, [(uid, reason, final_state)], at_ms))[0]
+
+    async def release_many(self, items: Sequence[tuple[str, str, str]], *, at: Time) -> list[ReleaseResult]:
+        """Release several admissions in ONE transaction, all or none: items are
+        (workload UID, reason, final state). A constant number of statements per batch."""
+        if not items:
+            return []
+        async with self.engine.begin() as c:
+            return await self._release_batch(c, items, _ms(at))
+
+    async def finish_many(
+        self, uids: Sequence[str], *, at: Time, reason: str = "Finished"
+    ) -> list[ReleaseResult]:
+        return await self.release_many([(u, reason, m.FINISHED) for u in uids], at=at)
+
+    async def _release_batch(
+        self, c: AsyncConnection, items: Sequence[tuple[str, str, str]], at_ms: int
+    ) -> list[ReleaseResult]:
+        uids = [u for u, _, _ in items]
+        if len(set(uids)) != len(uids):
+            raise LedgerError("the batch releases a workload twice")
+        active = m.Admission.released_at_ms.is_(None)
+        found = (
+            (
+                await c.execute(
+                    select(m.Admission.cluster_queue).where(m.Admission.workload_uid.in_(uids), active)
                 )
             )
-        ).first()
-        if adm is None:
-            raise NotAdmitted(f"workload {uid} has no active admission")
-        await self._lock_queue(c, adm.cluster_queue)
-        adm = (await c.execute(select(m.Admission).where(m.Admission.id == adm.id).with_for_update())).one()
-        if adm.released_at_ms is not None:
-            raise NotAdmitted(f"workload {uid} has no active admission")
-        charges = tuple(
-            Charge(r.flavor, r.resource, r.amount)
+            .scalars()
+            .all()
+        )
+        await self._lock_queues(c, found)
+        adms = {
+            r.workload_uid: r
             for r in (
                 await c.execute(
-                    select(m.AdmissionCharge)
-                    .where(m.AdmissionCharge.admission_id == adm.id)
-                    .order_by(m.AdmissionCharge.flavor, m.AdmissionCharge.resource)
+                    select(m.Admission)
+                    .where(m.Admission.workload_uid.in_(uids), active)
+                    .order_by(m.Admission.id)
+                    .with_for_update()
                 )
             ).all()
-        )
-        pods = await self._pods(c, [adm.id])
-        plan = pods.get(adm.id, ())
+        }
+        for uid in uids:
+            if uid not in adms:
+                raise NotAdmitted(f"workload {uid} has no active admission")
+        ids = [adms[u].id for u in uids]
+        charges: dict[int, list[Charge]] = defaultdict(list)
+        for r in (
+            await c.execute(
+                select(m.AdmissionCharge)
+                .where(m.AdmissionCharge.admission_id.in_(ids))
+                .order_by(
+                    m.AdmissionCharge.admission_id, m.AdmissionCharge.flavor, m.AdmissionCharge.resource
+                )
+            )
+        ).all():
+            charges[r.admission_id].append(Charge(r.flavor, r.resource, r.amount))
+        pods = await self._pods(c, ids)
+        cq_names = sorted({adms[u].cluster_queue for u in uids})
+        old_usage: dict[UsageKey, Quantity] = {
+            (r.cluster_queue, r.flavor, r.resource): r.amount
+            for r in (
+                await c.execute(select(m.QueueUsage).where(m.QueueUsage.cluster_queue.in_(cq_names)))
+            ).all()
+        }
+        usage = dict(old_usage)
+        journal: list[dict[str, Any]] = []
+        results = []
+        for uid in uids:
+            adm = adms[uid]
+            chs = tuple(charges.get(adm.id, ()))
+            plan = pods.get(adm.id, ())
+            for ch in chs:
+                k = (adm.cluster_queue, ch.flavor, ch.resource)
+                usage[k] = usage.get(k, ZERO) - ch.amount
+            journal += _journal_rows(
+                m.RELEASE, at_ms, uid, adm.id, adm.namespace, adm.local_queue, adm.cluster_queue, chs, plan
+            )
+            results.append(
+                ReleaseResult(
+                    admission_id=int(adm.id),
+                    workload_uid=uid,
+                    cluster_queue=adm.cluster_queue,
+                    released=chs,
+                    devices=tuple(d.device for p in plan for d in p.devices),
+                )
+            )
         await c.execute(
             update(m.Admission)
-            .where(m.Admission.id == adm.id)
-            .values(released_at_ms=at_ms, release_reason=reason)
+            .where(m.Admission.id == bindparam("b_id"))
+            .values(released_at_ms=at_ms, release_reason=bindparam("b_reason")),
+            [{"b_id": adms[u].id, "b_reason": reason} for u, reason, _ in items],
         )
-        await self._journal(
-            c, m.RELEASE, at_ms, uid, adm.id, adm.namespace, adm.local_queue, adm.cluster_queue, charges, plan
-        )
-        await self._add_usage(c, adm.cluster_queue, charges, sign=-1)
-        values: dict[str, Any] = {"state": final_state, "updated_at_ms": at_ms}
-        if final_state == m.PENDING:
-            values["queued_at_ms"] = at_ms
-            values["cluster_queue"] = None
-        else:
-            values["finished_at_ms"] = at_ms
-        await c.execute(update(m.Workload).where(m.Workload.uid == uid).values(**values))
-        return ReleaseResult(
-            admission_id=int(adm.id),
-            workload_uid=uid,
-            cluster_queue=adm.cluster_queue,
-            released=charges,
-            devices=tuple(d.device for p in plan for d in p.devices),
-        )
+        if journal:
+            await c.execute(insert(m.JournalEntry), journal)
+        await self._write_usage(c, old_usage, usage)
+        for state in sorted({st for _, _, st in items}):
+            values: dict[str, Any] = {"state": state, "updated_at_ms": at_ms}
+            if state == m.PENDING:
+                values.update(queued_at_ms=at_ms, cluster_queue=None)
+            else:
+                values["finished_at_ms"] = at_ms
+            await c.execute(
+                update(m.Workload).where(m.Workload.uid == bindparam("b_uid")).values(**values),
+                [{"b_uid": u} for u, _, st in items if st == state],
+            )
+        return results
 
     async def _pods(self, c: AsyncConnection, ids: Sequence[int]) -> dict[int, tuple[PodPlan, ...]]:
         out: dict[int, list[PodPlan]] = defaultdict(list)

@@ -357,3 +357,30 @@ async def test_concurrent_admissions_never_exceed_quota(ledger: Ledger) -> None:
             )
         ).all()
     assert per_uid == []
+
+
+async def test_release_many_is_one_transaction(ledger: Ledger) -> None:
+    await setup_queues(ledger)
+    for i in range(3):
+        await add(ledger, f"r{i}", "ml/train")
+    await ledger.admit_many(
+        [
+            AdmissionRequest(f"r{i}", "team-a", sc.gpu(1, cpu=2), sc.devices(1, node=f"n{i}"))
+            for i in range(3)
+        ],
+        at=sc.t(0, 1),
+    )
+    with pytest.raises(NotAdmitted):  # one unknown UID: nothing released
+        await ledger.finish_many(["r0", "nope"], at=sc.t(0, 2))
+    assert len((await ledger.load_state()).admissions) == 3
+    res = await ledger.release_many(
+        [("r0", "Finished", "finished"), ("r1", "Preempted", "pending")], at=sc.t(0, 2)
+    )
+    assert [(r.workload_uid, r.devices) for r in res] == [
+        ("r0", ("gpu.nvidia.com/n0/gpu-0",)),
+        ("r1", ("gpu.nvidia.com/n1/gpu-0",)),
+    ]
+    state = await ledger.load_state()
+    assert set(state.admissions) == {"r2"} and set(state.pending) == {"r1"}
+    assert state.usage == {("team-a", "default", "cpu"): Q("2"), ("team-a", "h200", GPU): Q("1")}
+    assert await ledger.usage_at(sc.t(0, 2)) == state.usage
