@@ -83,7 +83,7 @@ class SelectorCache:
     """
 
     def __init__(self, compiler: SelectorCompiler | None = None) -> None:
-        self._compiler = compiler or SelectorCompiler()
+        self._compiler = compiler if compiler is not None else SelectorCompiler()
         self._compiled: dict[tuple[str, str | None], CompiledSelector | CELError] = {}
         self._memo: dict[tuple[str, str, str, int, str], bool | CELRuntimeError] = {}
 
@@ -329,7 +329,7 @@ class Allocator:
             dict(classes) if isinstance(classes, Mapping) else {c.name: c for c in classes}
         )
         self.features = features or Features()
-        self.cache = cache or SelectorCache()
+        self.cache = cache if cache is not None else SelectorCache()
         self.max_steps = max_steps
         self._class_selectors: dict[str, tuple[BoundSelector, ...]] = {}
         self._candidates: dict[tuple[tuple[object, ...], str], tuple[_Candidate, ...]] = {}

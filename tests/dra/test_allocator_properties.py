@@ -20,12 +20,14 @@ from hypothesis import strategies as st
 from queueing.api.core import Node
 from queueing.api.resource import ResourceClaim, ResourceSlice
 from queueing.dra.allocator import Allocator, SelectorCache
+from queueing.dra.cel import SelectorCompiler
 from queueing.dra.inventory import Inventory
 
 DRIVER = "x.example.com"
 NODE = Node.model_validate({"metadata": {"name": "n"}})
 CLASS = device_class("c", f'device.driver == "{DRIVER}"')
-CACHE = SelectorCache()  # shared: compiled expressions and memo are keyed by content
+# compiled expressions are shared; the evaluation memo is not (every example reuses pool "p", generation 1)
+COMPILER = SelectorCompiler()
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def brute_force(devs: list[Dev], total: int, claims: list[Claim]) -> bool:
 def test_allocator_is_sound_and_complete(devs: list[Dev], total: int, claims: list[Claim]) -> None:
     slices, in_use = world(devs, total)
     inv = Inventory(slices)
-    alloc = Allocator(inv, [CLASS], cache=CACHE)
+    alloc = Allocator(inv, [CLASS], cache=SelectorCache(COMPILER))
     usage = inv.usage(in_use)
     before = (dict(usage.devices), dict(usage.counters))
     outcome = alloc.allocate(to_claims(claims), [NODE], usage)
