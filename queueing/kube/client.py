@@ -134,8 +134,9 @@ def _query(params: dict[str, Any]) -> list[tuple[str, str]]:
 class KubeClient:
     """JSON-in, JSON-out REST calls through a kubernetes-asyncio ApiClient."""
 
-    def __init__(self, api: k8s.ApiClient) -> None:
+    def __init__(self, api: k8s.ApiClient, timeout: float | None = 60.0) -> None:
         self.api = api
+        self.timeout = timeout  # default total timeout of a request (watches pass their own)
 
     async def raw(
         self,
@@ -170,7 +171,7 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | None = None,
     ) -> Any:
-        resp = await self.raw(method, path, query, body, content_type, timeout)
+        resp = await self.raw(method, path, query, body, content_type, timeout or self.timeout)
         try:
             data = await resp.read()
             if not 200 <= resp.status <= 299:

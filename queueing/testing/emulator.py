@@ -677,17 +677,19 @@ class Emulator:
             return resp
         self._watches[w] = _OpenWatch(w, request)
         loop = asyncio.get_running_loop()
-        timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else self.default_watch_timeout
+        # like the API server, 0 or no timeoutSeconds means the default (long) timeout
+        timeout = float(q.get("timeoutSeconds") or 0) or self.default_watch_timeout
         deadline = loop.time() + timeout
         try:
             await resp.prepare(request)
             while True:
                 remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
                 try:
-                    item = await asyncio.wait_for(w.queue.get(), remaining)
-                except TimeoutError:
+                    if remaining <= 0:  # timed out: send what is already queued, then end
+                        item = w.queue.get_nowait()
+                    else:
+                        item = await asyncio.wait_for(w.queue.get(), remaining)
+                except (TimeoutError, asyncio.QueueEmpty):
                     break
                 if item is None:
                     break

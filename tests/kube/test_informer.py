@@ -232,3 +232,22 @@ async def test_bookmarks_advance_the_resource_version(
     await kube.create(PODS, pod("after"))
     await eventually(lambda: inf.keys() == ["default/after"], "the new pod")
     assert inf.stats.lists == lists and inf.stats.gone == 0
+
+
+async def test_server_timeouts_rewatch_without_relisting(kube: KubeClient, emu: Emulator) -> None:
+    # timeoutSeconds=1: the server ends the watch every second; each re-watch resumes from the last
+    # resourceVersion seen, so nothing is missed and no re-list is needed
+    inf: Informer[Pod] = Informer(kube, PODS, Pod, watch_timeout=1, backoff_initial=0.001, backoff_max=0.01)
+    mirror = Mirror()
+    inf.add_handler(mirror)
+    inf.start()
+    await inf.wait_synced(5)
+    for i in range(3):
+        await kube.create(PODS, pod(f"p{i}"))
+    await eventually(lambda: inf.stats.watches >= 2, "the first watch to time out")
+    await kube.delete(PODS, "p0", "default")
+    await kube.create(PODS, pod("p3"))
+    await eventually(lambda: cache_state(inf) == server_state(emu), "the cache to match the server")
+    await inf.stop()
+    assert inf.stats.lists == 1 and inf.stats.errors == 0
+    assert mirror.state == server_state(emu) and mirror.problems == []
