@@ -672,7 +672,10 @@ class Allocator:
             # cheapest necessary condition, before any selector is evaluated on this node
             free = 0
             for d in self.inventory.devices_on(node):
-                if d.multi or not usage.is_taken(d.key):
+                if d.multi:  # shared devices may serve every request once: no bound from counting
+                    free = need
+                    break
+                if not usage.is_taken(d.key):
                     free += 1
             if free < need:
                 self._fail[fail_key] = (usage.token, usage.epoch)

@@ -210,3 +210,109 @@ def test_allocator_is_sound_and_complete(devs: list[Dev], total: int, claims: li
     else:
         assert counter == sum(d.uses for d in devs if d.taken)
     assert all(v >= Fraction(0) for v in inv.counters.values())
+
+
+# ---------------------------------------------------------------- consumable capacity
+NIC = device_class("nic", f'device.driver == "{DRIVER}"')
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    caps=st.lists(st.tuples(st.integers(1, 10), st.integers(0, 10)), min_size=1, max_size=3),
+    asks=st.lists(st.tuples(st.integers(1, 2), st.integers(1, 6)), min_size=1, max_size=3),
+)
+def test_shared_capacity_never_overcommitted(
+    caps: list[tuple[int, int]], asks: list[tuple[int, int]]
+) -> None:
+    """Devices with allowMultipleAllocations and bandwidth cap*10G, ``used``*10G (≤ cap) already consumed;
+    claims ask ``count`` distinct devices with ``bw``*10G each. Brute force decides whether it fits."""
+    caps = [(c, min(u, c)) for c, u in caps]
+    devices = [
+        {"name": f"nic{i}", "allowMultipleAllocations": True, "capacity": {"bw": {"value": f"{c * 10}G"}}}
+        for i, (c, _) in enumerate(caps)
+    ]
+    s = ResourceSlice.model_validate(
+        {
+            "metadata": {"name": "s"},
+            "spec": {
+                "driver": DRIVER,
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                "nodeName": "n",
+                "devices": devices,
+            },
+        }
+    )
+    in_use = [
+        ResourceClaim.model_validate(
+            {
+                "metadata": {"name": f"u{i}", "namespace": "o"},
+                "status": {
+                    "allocation": {
+                        "devices": {
+                            "results": [
+                                {
+                                    "request": "r",
+                                    "driver": DRIVER,
+                                    "pool": "p",
+                                    "device": f"nic{i}",
+                                    "shareID": f"00000000-0000-0000-0000-{i:012d}",
+                                    "consumedCapacity": {"bw": f"{u * 10}G"},
+                                }
+                            ]
+                        }
+                    }
+                },
+            }
+        )
+        for i, (_, u) in enumerate(caps)
+        if u
+    ]
+    claims = [
+        claim(
+            f"c{j}",
+            [
+                {
+                    "name": "r",
+                    "exactly": {
+                        "deviceClassName": "nic",
+                        "count": n,
+                        "capacity": {"requests": {"bw": f"{bw * 10}G"}},
+                    },
+                }
+            ],
+        )
+        for j, (n, bw) in enumerate(asks)
+    ]
+    inv = Inventory([s])
+    out = Allocator(inv, [NIC], cache=SelectorCache(COMPILER)).allocate(claims, [NODE], inv.usage(in_use))
+
+    free0 = [c - u for c, u in caps]
+
+    def brute(j: int, free: list[int]) -> bool:
+        if j == len(asks):
+            return True
+        n, bw = asks[j]
+        for combo in itertools.combinations(range(len(caps)), n):
+            if all(free[i] >= bw for i in combo):
+                f2 = list(free)
+                for i in combo:
+                    f2[i] -= bw
+                if brute(j + 1, f2):
+                    return True
+        return False
+
+    assert out.allocated == brute(0, free0)
+    if out.allocated:
+        left = list(free0)
+        share_ids = set()
+        for ca in out.claims:
+            results = ca.allocation.devices.results if ca.allocation.devices else None
+            assert results is not None
+            names = [r.device for r in results]
+            assert len(names) == len(set(names))  # distinct devices within one request
+            for r in results:
+                assert r.share_id and r.share_id not in share_ids
+                share_ids.add(r.share_id)
+                assert r.consumed_capacity is not None
+                left[int(r.device[3:])] -= int(r.consumed_capacity["bw"].value / 10**10)
+        assert all(x >= 0 for x in left), "capacity over-committed"
