@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 from dra_helpers import device_class
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from queueing.api.core import Node, Pod
 from queueing.api.resource import ResourceClaim, ResourceClaimTemplate, ResourceSlice
@@ -263,3 +265,45 @@ def test_identical_pods_do_not_explore_permutations() -> None:
     r = place_gang(pods, state)
     assert not r.placed
     assert r.node_checks < 200
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    node_gpus=st.lists(st.integers(0, 4), min_size=1, max_size=4),
+    pod_gpus=st.lists(st.integers(1, 4), min_size=1, max_size=5),
+)
+def test_gang_agrees_with_brute_force(node_gpus: list[int], pod_gpus: list[int]) -> None:
+    """Backtracking with symmetry breaking finds a placement whenever one exists."""
+    names = [f"n{i}" for i in range(len(node_gpus))]
+    state = ClusterState(
+        [node(n) for n in names],
+        [gpus(n, k) for n, k in zip(names, node_gpus, strict=True) if k],
+        [GPU],
+        templates=[template(f"t{k}", k) for k in range(1, 5)],
+    )
+    pods = [pod(f"p{i}", tmpl=f"t{k}") for i, k in enumerate(pod_gpus)]
+    r = place_gang(pods, state)
+
+    def fits(i: int, free: list[int]) -> bool:
+        if i == len(pod_gpus):
+            return True
+        for j in range(len(free)):
+            if free[j] >= pod_gpus[i]:
+                free[j] -= pod_gpus[i]
+                if fits(i + 1, free):
+                    return True
+                free[j] += pod_gpus[i]
+        return False
+
+    assert r.placed == fits(0, list(node_gpus))
+    if r.placed:
+        used: dict[str, int] = {}
+        for p in r.placements:
+            used[p.node] = used.get(p.node, 0) + sum(
+                len(ca.allocation.devices.results or []) for ca in p.claims if ca.allocation.devices
+            )
+        assert all(used[n] <= node_gpus[names.index(n)] for n in used)
+        r.transaction.discard()  # type: ignore[union-attr]
+    else:
+        assert r.explanation is not None and r.explanation.pod
+    assert state.usage.devices == {}
