@@ -26,6 +26,7 @@ import copy
 import functools
 import json
 import logging
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -275,6 +276,64 @@ class Emulator:
                         raise ValueError(f"{path}: {e.message}") from e
                     names.append(doc["metadata"]["name"])
         return names
+
+    def load_objects(
+        self,
+        source: str | Path | list[dict[str, Any]],
+        namespace: str = "default",
+        on_error: Callable[[dict[str, Any], Exception], None] | None = None,
+        create_namespaces: bool = False,
+    ) -> list[str]:
+        """Create objects from YAML files (a file, or every ``*.yaml`` of a directory, recursively) or
+        from a list of dicts: CRDs and Namespaces first, then the rest in order; namespaced objects
+        without a namespace go to ``namespace``. Returns ``kind/name`` of each object created. A failure
+        raises (ApiError / ValueError), or is passed to ``on_error`` and skipped. With
+        ``create_namespaces``, missing namespaces are created first."""
+        docs: list[dict[str, Any]] = []
+        if isinstance(source, list):
+            docs = copy.deepcopy(source)
+        else:
+            path = Path(source)
+            files = sorted(path.rglob("*.y*ml")) if path.is_dir() else [path]
+            for f in files:
+                docs.extend(d for d in copy.deepcopy(_load_yaml(f.read_text())) if isinstance(d, dict))
+        order = {"CustomResourceDefinition": 0, "Namespace": 1}
+        docs.sort(key=lambda d: order.get(d.get("kind", ""), 2))
+        created = []
+        for doc in docs:
+            try:
+                rt = self._resource_for(doc)
+                ns = (doc.get("metadata") or {}).get("namespace") or namespace if rt.namespaced else None
+                ns_rt = self.store.types["/namespaces"]
+                if ns and create_namespaces and ("", ns) not in self.store.objects[ns_rt.key]:
+                    self.store.create(ns_rt, None, {"metadata": {"name": ns}})
+                    created.append(f"Namespace/{ns}")
+                obj = self.store.create(rt, ns, doc)
+            except (ApiError, ValueError) as e:
+                if on_error is None:
+                    raise
+                on_error(doc, e)
+                continue
+            created.append(f"{rt.kind}/{obj['metadata']['name']}")
+        return created
+
+    def _resource_for(self, doc: dict[str, Any]) -> ResourceType:
+        api_version, kind = doc.get("apiVersion", ""), doc.get("kind", "")
+        group, _, version = api_version.rpartition("/")
+        for rt in self.store.types.values():
+            if rt.kind == kind and rt.group == group and version in rt.versions:
+                return rt
+        raise ValueError(
+            f"{kind or '<no kind>'} {api_version or '<no apiVersion>'}: not served by the emulator"
+        )
+
+    def writes_by(self, user: str) -> Counts:
+        """Requests made by ``user`` (a ``tokens`` value), as ``Counts`` — e.g. the controller's writes only."""
+        out = Counts()
+        for a, n in self.access.items():
+            if a.user == user:
+                out[(a.verb, a.resource_key)] += n
+        return out
 
     def kubeconfig(self, token: str = "admin-token", user: str = "admin") -> dict[str, Any]:
         return {
@@ -800,11 +859,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--crds", default="crds", help="directory of CRD YAML files to serve (default: crds)")
     parser.add_argument("--kubeconfig", help="write a kubeconfig for this server to this directory")
+    parser.add_argument(
+        "--load", action="append", default=[], metavar="PATH",
+        help="create the objects of this YAML file or directory at start (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     async def serve() -> None:
         crds = args.crds if args.crds and Path(args.crds).is_dir() else None
         async with run_emulator(crds, args.port, args.host) as emu:
+
+            def skipped(doc: dict[str, Any], err: Exception) -> None:
+                name = (doc.get("metadata") or {}).get("name")
+                print(f"skipped {doc.get('kind')}/{name}: {err}", file=sys.stderr, flush=True)
+
+            for source in args.load:
+                n = len(emu.load_objects(source, on_error=skipped, create_namespaces=True))
+                print(f"loaded {n} objects from {source}", flush=True)
             print(f"Kubernetes API emulator listening on {emu.url}", flush=True)
             if args.kubeconfig:
                 print(f"kubeconfig: {emu.kubeconfig_path(args.kubeconfig)}", flush=True)

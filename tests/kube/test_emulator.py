@@ -633,3 +633,32 @@ async def test_server_side_apply_creates_then_merges(kube: KubeClient) -> None:
     )
     assert again["metadata"]["labels"] == {"a": "1", "b": "2"}
     assert again["metadata"]["uid"] == created["metadata"]["uid"]
+
+
+async def test_load_objects_and_writes_by_user(kube: KubeClient, emu: Emulator, tmp_path: Any) -> None:
+    (tmp_path / "objs.yaml").write_text(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: team-a}\nspec: {template: {}}\n---\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n---\n"
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n"
+    )
+    created = emu.load_objects(tmp_path)
+    assert created == ["Namespace/team-a", "Job/j", "PriorityClass/high"]  # namespaces first
+    assert (await kube.get(JOBS, "j", "team-a"))["metadata"]["uid"]
+    with pytest.raises(ValueError, match="Widget v9: not served"):
+        emu.load_objects([{"apiVersion": "v9", "kind": "Widget", "metadata": {"name": "x"}}])
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "new-ns"}}
+    errors: list[str] = []
+    assert emu.load_objects([cm], on_error=lambda d, e: errors.append(str(e))) == []
+    assert errors == ['namespaces "new-ns" not found']
+    assert emu.load_objects([cm], create_namespaces=True) == ["Namespace/new-ns", "ConfigMap/c"]
+    emu.tokens["ctl-token"] = "controller"
+    from queueing.kube.client import api_client_for_url
+
+    api = api_client_for_url(emu.url, token="ctl-token")
+    try:
+        await KubeClient(api).patch(JOBS, "j", {"spec": {"suspend": True}}, "team-a")
+    finally:
+        await api.close()
+    await kube.patch(JOBS, "j", {"spec": {"suspend": False}}, "team-a")
+    assert emu.writes_by("controller") == {("patch", "jobs"): 1}
+    assert emu.writes_by("controller").writes() == 1 and emu.counts.writes("jobs") == 2
