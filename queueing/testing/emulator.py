@@ -121,6 +121,7 @@ class _LatencyRule:
     verb: str
     resource: str
     remaining: int | None
+    after: bool = False
 
 
 def _match(pattern: str, value: str) -> bool:
@@ -160,10 +161,18 @@ class Faults:
         self._fail.append(_FailRule(status, verb, resource, count, message))
 
     def add_latency(
-        self, seconds: float, *, verb: str = "*", resource: str = "*", count: int | None = None
+        self,
+        seconds: float,
+        *,
+        verb: str = "*",
+        resource: str = "*",
+        count: int | None = None,
+        after: bool = False,
     ) -> None:
-        """Delay matching requests by ``seconds`` (the next ``count`` of them, or all when None)."""
-        self._latency.append(_LatencyRule(seconds, verb, resource, count))
+        """Delay matching requests by ``seconds`` (the next ``count`` of them, or all when None).
+        With ``after=True`` the request is carried out first and only the response is delayed: a
+        client that times out meanwhile does not know its write happened."""
+        self._latency.append(_LatencyRule(seconds, verb, resource, count, after))
 
     def gone_on_next_watch(self, count: int = 1, resource: str = "*") -> None:
         """The next ``count`` watch requests get an ERROR event with a 410 Status, whatever their RV."""
@@ -203,9 +212,11 @@ class Faults:
                 return rule
         return None
 
-    def _delay(self, attrs: RequestAttributes) -> float:
+    def _delay(self, attrs: RequestAttributes, after: bool = False) -> float:
         total = 0.0
         for rule in list(self._latency):
+            if rule.after != after:
+                continue
             if _match(rule.verb, attrs.verb) and _match(rule.resource, attrs.resource_key):
                 total += rule.seconds
                 if rule.remaining is not None:
@@ -488,7 +499,11 @@ class Emulator:
                 raise ApiError(rule.status, reason, msg, {"name": attrs.name, "kind": attrs.resource})
             if rt is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return await self._resource(request, attrs, rt)
+            resp = await self._resource(request, attrs, rt)
+            delay = self.faults._delay(attrs, after=True)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return resp
         return self._non_resource(request)
 
     def _non_resource(self, request: web.Request) -> web.StreamResponse:

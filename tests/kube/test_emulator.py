@@ -662,3 +662,18 @@ async def test_load_objects_and_writes_by_user(kube: KubeClient, emu: Emulator, 
     await kube.patch(JOBS, "j", {"spec": {"suspend": False}}, "team-a")
     assert emu.writes_by("controller") == {("patch", "jobs"): 1}
     assert emu.writes_by("controller").writes() == 1 and emu.counts.writes("jobs") == 2
+
+
+async def test_slow_response_after_the_write_leaves_the_client_uncertain(
+    kube: KubeClient, emu: Emulator
+) -> None:
+    import asyncio
+
+    emu.faults.add_latency(30, verb="create", resource="pods", count=1, after=True)
+    with pytest.raises(asyncio.TimeoutError):
+        await kube.request("POST", PODS.path("default"), body=pod("slow"), timeout=0.2)
+    # the write happened although the client gave up: a retry sees AlreadyExists
+    assert (await kube.get(PODS, "slow", "default"))["metadata"]["name"] == "slow"
+    with pytest.raises(ApiException) as err:
+        await kube.create(PODS, pod("slow"))
+    assert err.value.status == 409
