@@ -253,6 +253,16 @@ class KubeClient:
         )
         return result
 
+    async def bind(self, name: str, namespace: str, node: str) -> None:
+        """Assign a pod to a node through ``pods/binding`` (what kube-scheduler does)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self.request("POST", PODS.path(namespace, name, "binding"), body=body)
+
     async def delete(
         self,
         res: Resource,

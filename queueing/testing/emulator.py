@@ -583,6 +583,15 @@ class Emulator:
         ns = attrs.namespace or None
         if rt.namespaced is False and ns:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if rt.key == "/pods" and attrs.subresource == "binding" and attrs.verb == "create":
+            body = await _body(request)
+            target = (body or {}).get("target") or {}
+            if not target.get("name"):
+                raise ApiError.bad_request("a Binding needs target.name")
+            store.bind(attrs.namespace, attrs.name, target["name"])
+            return _json(
+                {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201
+            )
         if attrs.subresource and not (attrs.subresource == "status" and rt.status_subresource):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         dry_run = q.get("dryRun") == "All"

@@ -67,6 +67,9 @@ class ResourceType:
                     "verbs": ["get", "patch", "update"],
                 }
             )
+        if self.key == "/pods":
+            out.append({"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding",
+                        "verbs": ["create"]})  # fmt: skip
         return out
 
 

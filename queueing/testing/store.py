@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from queueing.testing import builtin_rules
 from queueing.testing import schema as schemas
 from queueing.testing.resources import BUILTINS, ResourceType, from_crd
 from queueing.testing.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -477,6 +478,9 @@ class Store:
         meta["creationTimestamp"] = _ts(self.clock())
         meta["generation"] = 1
         obj = self._admit(rt, "CREATE", "", obj, None)
+        errs = builtin_rules.validate_create(rt, obj)
+        if errs:
+            raise ApiError.invalid(rt, name, errs)
         obj = self._check_schema(rt, name, obj)
         if dry_run:
             return obj
@@ -581,6 +585,9 @@ class Store:
                 nmeta["generation"] = int(ometa.get("generation") or 0) + 1
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         new = self._admit(rt, "UPDATE", subresource or "", new, old)
+        errs = builtin_rules.validate_update(rt, old, new, subresource or "")
+        if errs:
+            raise ApiError.invalid(rt, name, errs)
         new = self._check_schema(rt, name, new)
         if new == old or dry_run:
             return copy.deepcopy(new)
@@ -620,6 +627,35 @@ class Store:
         if pmeta.get("name") and pmeta["name"] != name:
             raise ApiError.bad_request("metadata.name cannot be changed by a patch")
         return self.update(rt, ns, name, patched, subresource=subresource, dry_run=dry_run)
+
+    def bind(self, ns: str, name: str, node: str) -> dict[str, Any]:
+        """``pods/binding``: assign a pod to a node (what kube-scheduler does); sets PodScheduled."""
+        rt = self.types["/pods"]
+        key = self._key(rt, ns, name)
+        old = self.objects[rt.key].get(key)
+        if old is None:
+            raise ApiError.not_found(rt, name)
+        spec = old.get("spec") or {}
+        if spec.get("nodeName"):
+            raise ApiError.conflict(rt, name, f'pod {name} is already assigned to node "{spec["nodeName"]}"')
+        if spec.get("schedulingGates"):
+            raise ApiError.conflict(rt, name, f"pod {name} has non-empty .spec.schedulingGates")
+        if old["metadata"].get("deletionTimestamp"):
+            raise ApiError.conflict(rt, name, f"pod {name} is being deleted, cannot be assigned to a host")
+        new = copy.deepcopy(old)
+        new.setdefault("spec", {})["nodeName"] = node
+        conds = [
+            c
+            for c in (new.setdefault("status", {}).get("conditions") or [])
+            if c.get("type") != "PodScheduled"
+        ]
+        conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                      "lastTransitionTime": _ts(self.clock())})  # fmt: skip
+        new["status"]["conditions"] = conds
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._put(rt, key, new)
+        self._emit(rt, "MODIFIED", old, new)
+        return copy.deepcopy(new)
 
     def delete(
         self,

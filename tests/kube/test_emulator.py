@@ -175,19 +175,37 @@ async def test_status_subresource_and_generation(kube: KubeClient) -> None:
 
 
 async def test_patch_types(kube: KubeClient) -> None:
-    gated = pod("g", schedulingGates=[{"name": "queueing.dra.io/placement"}, {"name": "other"}])
-    gated["spec"]["containers"].append({"name": "side", "image": "x", "env": [{"name": "A", "value": "1"}]})
-    await kube.create(PODS, gated)
-    # strategic merge: containers merged by name, a gate removed with $patch: delete
+    deployments = Resource("apps", "v1", "deployments", True, "Deployment")
+    containers = [
+        {"name": "main", "image": "x"},
+        {"name": "side", "image": "x", "env": [{"name": "A", "value": "1"}]},
+    ]
+    await kube.create(deployments, {"metadata": {"name": "d", "namespace": "default"},
+                                    "spec": {"template": {"spec": {"containers": containers}}}})  # fmt: skip
+    # strategic merge: containers merged by name, env merged by name
+    out = await kube.patch(
+        deployments, "d", {"spec": {"template": {"spec": {"containers": [{"name": "side", "env": [{"name": "B", "value": "2"}]}]}}}},
+        "default", patch_type="strategic",
+    )  # fmt: skip
+    got = out["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in got] == ["main", "side"]
+    assert got[1]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    # merge patch: null deletes, lists replace
+    out = await kube.patch(
+        deployments, "d", {"spec": {"template": {"spec": {"containers": [{"name": "only", "image": "y"}]}}, "paused": None}},
+        "default",
+    )  # fmt: skip
+    assert [c["name"] for c in out["spec"]["template"]["spec"]["containers"]] == ["only"]
+    # strategic merge on a gated pod: remove one gate with $patch: delete, add a nodeSelector
+    await kube.create(
+        PODS, pod("g", schedulingGates=[{"name": "queueing.dra.io/placement"}, {"name": "other"}])
+    )
     out = await kube.patch(
         PODS, "g",
-        {"spec": {"containers": [{"name": "side", "env": [{"name": "B", "value": "2"}]}],
-                  "schedulingGates": [{"name": "queueing.dra.io/placement", "$patch": "delete"}],
+        {"spec": {"schedulingGates": [{"name": "queueing.dra.io/placement", "$patch": "delete"}],
                   "nodeSelector": {"kubernetes.io/hostname": "node-1"}}},
         "default", patch_type="strategic",
     )  # fmt: skip
-    assert [c["name"] for c in out["spec"]["containers"]] == ["main", "side"]
-    assert out["spec"]["containers"][1]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
     assert out["spec"]["schedulingGates"] == [{"name": "other"}]
     assert out["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-1"}
     # JSON patch: test + remove; a failed test is rejected without change
@@ -202,11 +220,74 @@ async def test_patch_types(kube: KubeClient) -> None:
             PODS, "g", [{"op": "test", "path": "/spec/nodeName", "value": "x"}], "default", patch_type="json"
         )
     assert err.value.status == 400
-    # merge patch: null deletes, lists replace
-    out = await kube.patch(
-        PODS, "g", {"spec": {"nodeSelector": None, "containers": [{"name": "only", "image": "y"}]}}, "default"
+
+
+async def test_builtin_update_rules_and_binding(kube: KubeClient) -> None:
+    await kube.create(PODS, pod("p", schedulingGates=[{"name": "queueing.dra.io/placement"}]))
+    # while gated: nodeSelector additions are allowed, other spec changes and new gates are not
+    await kube.patch(PODS, "p", {"spec": {"nodeSelector": {"kubernetes.io/hostname": "n1"}}}, "default")
+    for bad, field in (
+        ({"spec": {"nodeName": "n1"}}, "spec"),
+        ({"spec": {"nodeSelector": {"kubernetes.io/hostname": "n2"}}}, "spec.nodeSelector"),
+        (
+            {"spec": {"schedulingGates": [{"name": "queueing.dra.io/placement"}, {"name": "new"}]}},
+            "spec.schedulingGates",
+        ),
+    ):
+        with pytest.raises(ApiException) as err:
+            await kube.patch(PODS, "p", bad, "default")
+        assert err.value.status == 422
+        assert status_of(err.value)["details"]["causes"][0]["field"] == field
+    with pytest.raises(ApiException) as err:
+        await kube.bind("p", "default", "n1")
+    assert err.value.status == 409 and "non-empty .spec.schedulingGates" in status_of(err.value)["message"]
+    await kube.patch(PODS, "p", {"spec": {"schedulingGates": None}}, "default")
+    await kube.bind("p", "default", "n1")
+    bound = await kube.get(PODS, "p", "default")
+    assert bound["spec"]["nodeName"] == "n1"
+    assert bound["status"]["conditions"][0]["type"] == "PodScheduled"
+    with pytest.raises(ApiException) as err:
+        await kube.bind("p", "default", "n2")
+    assert err.value.status == 409
+    with pytest.raises(ApiException) as err:  # gates and nodeName together on create
+        await kube.create(PODS, pod("q", node="n1", schedulingGates=[{"name": "g"}]))
+    assert status_of(err.value)["details"]["causes"][0]["field"] == "spec.nodeName"
+    # Jobs: the template is mutable (scheduling directives only) while suspended and never started
+    tmpl = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    await kube.create(
+        JOBS, {"metadata": {"name": "j", "namespace": "default"}, "spec": {"suspend": True, "template": tmpl}}
     )
-    assert "nodeSelector" not in out["spec"] and [c["name"] for c in out["spec"]["containers"]] == ["only"]
+    gate = {
+        "spec": {
+            "template": {"spec": {"schedulingGates": [{"name": "queueing.dra.io/placement"}]}},
+            "suspend": False,
+        }
+    }
+    await kube.patch(JOBS, "j", gate, "default")  # gate added and unsuspended in one write: allowed
+    with pytest.raises(ApiException) as err:
+        await kube.patch(JOBS, "j", {"spec": {"template": {"spec": {"nodeSelector": {"a": "b"}}}}}, "default")
+    assert status_of(err.value)["details"]["causes"][0]["field"] == "spec.template"
+    # ResourceClaims: spec immutable, allocation cannot be replaced
+    claims = Resource("resource.k8s.io", "v1", "resourceclaims", True, "ResourceClaim")
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
+    await kube.create(claims, {"metadata": {"name": "c", "namespace": "default"}, "spec": spec})
+    alloc = {
+        "devices": {
+            "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
+        }
+    }
+    await kube.patch(claims, "c", {"status": {"allocation": alloc}}, "default", subresource="status")
+    other = {
+        "devices": {
+            "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-1"}]
+        }
+    }
+    with pytest.raises(ApiException) as err:
+        await kube.patch(claims, "c", {"status": {"allocation": other}}, "default", subresource="status")
+    assert status_of(err.value)["details"]["causes"][0]["field"] == "status.allocation"
+    with pytest.raises(ApiException) as err:
+        await kube.patch(claims, "c", {"spec": {"devices": {"requests": []}}}, "default")
+    assert status_of(err.value)["details"]["causes"][0]["field"] == "spec"
 
 
 async def test_label_and_field_selectors(kube: KubeClient) -> None:

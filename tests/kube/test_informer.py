@@ -84,7 +84,7 @@ async def test_lists_then_watches_with_old_and_new(kube: KubeClient, emu: Emulat
     assert inf.has_synced and inf.keys() == ["default/early"]
     assert isinstance(inf.get("early", "default"), Pod)
     await kube.create(PODS, pod("late"))
-    await kube.patch(PODS, "late", {"spec": {"nodeName": "n1"}}, "default")
+    await kube.bind("late", "default", "n1")
     await kube.delete(PODS, "early", "default")
     await eventually(lambda: len(calls) == 4, "4 handler calls")
     summary = [(o.name if o else None, n.name if n else None) for o, n in calls]
@@ -133,8 +133,16 @@ async def test_invalid_objects_are_reported_not_cached(kube: KubeClient) -> None
     await inf.wait_synced(5)
     assert inf.keys() == ["default/good"]
     assert "Pod default/bad: spec.containers" in inf.invalid["default/bad"]
-    await kube.patch(PODS, "bad", {"spec": {"containers": []}}, "default")
-    await eventually(lambda: inf.keys() == ["default/bad", "default/good"], "the fixed object to be cached")
+    await kube.delete(PODS, "bad", "default")
+    await eventually(lambda: inf.invalid == {}, "the invalid object's deletion")
+    # an object that turns invalid leaves the cache (as a delete for the handlers) until it is fixed
+    await kube.patch(
+        PODS, "good", {"status": {"conditions": [{"reason": "no type"}]}}, "default", subresource="status"
+    )
+    await eventually(lambda: inf.keys() == [], "the object turned invalid to leave the cache")
+    assert "Pod default/good: status.conditions.0.type: Field required" in inf.invalid["default/good"]
+    await kube.patch(PODS, "good", {"status": {"conditions": []}}, "default", subresource="status")
+    await eventually(lambda: inf.keys() == ["default/good"], "the fixed object to be cached")
     assert inf.invalid == {}
     await inf.stop()
 

@@ -34,6 +34,8 @@ spec:
         env:
         - name: EPOCHS
           value: "{epochs}"
+      nodeSelector:
+        nvidia.com/gpu.product: {product}
 """
 
 
@@ -149,19 +151,27 @@ async def test_apply_job_creates_then_patches(
     kube: KubeClient, kubectl: Kubectl, emu: Emulator, tmp_path: Path
 ) -> None:
     manifest = tmp_path / "job.yaml"
-    manifest.write_text(JOB_YAML.format(epochs=1))
+    manifest.write_text(JOB_YAML.format(epochs=1, product="H100"))
     assert "job.batch/train created" in await kubectl("apply", "-f", str(manifest))
     job = await kube.get(JOBS, "train", "default")
     assert job["spec"]["parallelism"] == 2 and job["spec"]["suspend"] is True
     assert "kubectl.kubernetes.io/last-applied-configuration" in job["metadata"]["annotations"]
-    manifest.write_text(JOB_YAML.format(epochs=5))
+    # a suspended Job's scheduling directives may change: re-apply sends a strategic merge patch
+    manifest.write_text(JOB_YAML.format(epochs=1, product="H200"))
     assert emu.counts[("patch", "jobs")] == 0
     assert "job.batch/train configured" in await kubectl("apply", "-f", str(manifest))
-    assert emu.counts[("patch", "jobs")] == 1  # a strategic merge patch
+    assert emu.counts[("patch", "jobs")] == 1
     job = await kube.get(JOBS, "train", "default")
-    assert job["spec"]["template"]["spec"]["containers"][0]["env"] == [{"name": "EPOCHS", "value": "5"}]
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "H200"}
     assert job["metadata"]["generation"] == 2
     assert "job.batch/train unchanged" in await kubectl("apply", "-f", str(manifest))
+    # the rest of the template is immutable, as on a real cluster
+    manifest.write_text(JOB_YAML.format(epochs=5, product="H200"))
+    refused = await kubectl("apply", "-f", str(manifest), ok=False)
+    assert (
+        'The Job "train" is invalid: spec.template: Invalid value' in refused
+        and "field is immutable" in refused
+    )
     out = await kubectl("get", "jobs", "-l", "queueing.dra.io/queue-name=team-a")
     assert re.split(r"\s{2,}", out.splitlines()[1].strip())[:2] == ["train", "true"]
     assert 'job.batch "train" deleted' in await kubectl("delete", "job", "train")
