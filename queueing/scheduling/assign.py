@@ -141,7 +141,7 @@ class Assigner:
             per_group.append(ok)
         return [Combo(tuple(c)) for c in itertools.product(*per_group)], ""
 
-    def _flavor_map(
+    def flavor_map(
         self, cq: ClusterQueueSpec, wl: WorkloadInfo, combo: Combo, groups: Mapping[str, set[int]]
     ) -> tuple[dict[str, dict[str, str]], dict[str, list[FlavorSpec]]]:
         chosen = dict(combo.group_flavors)
@@ -223,7 +223,7 @@ class Assigner:
         first_msg = ""
         all_nofit = True
         for combo in combos:
-            res_flavor, specs = self._flavor_map(cq, wl, combo, groups)
+            res_flavor, specs = self.flavor_map(cq, wl, combo, groups)
             expected = self.regular_usage(cq, wl, counts, res_flavor, with_devices=True)
             pre = tree.fit(cq.name, expected)
             if pre.mode == "NoFit":

@@ -289,7 +289,7 @@ def run_cycle(
             if not err:
                 combos, err = assigner.combos(cq, wl, groups)
                 if not err and combos:
-                    res_flavor, _ = assigner._flavor_map(cq, wl, combos[0], groups)
+                    res_flavor, _ = assigner.flavor_map(cq, wl, combos[0], groups)
                     got = assigner.regular_usage(cq, wl, {}, res_flavor, with_devices=True)
             est_cache[wl.key] = got
         return got

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from queueing.scheduling.quota import QuotaTree
+from queueing.scheduling.quota import QuotaTree, to_units
 from queueing.scheduling.snapshot import FlavorResource
 
 __all__ = ["DRS", "dominant_resource_share", "share_key"]
@@ -66,28 +66,28 @@ def dominant_resource_share(
     node = tree.node(node_id)
     if node.parent is None:
         return DRS(node.weight, _ZERO, False)
-    extra = extra or {}
-    borrowed: dict[str, Fraction] = {}
+    ext = {fr: to_units(v) for fr, v in (extra or {}).items()}
+    borrowed: dict[str, int] = {}
     for fr, quota in node.subtree.items():
-        b = extra.get(fr, _ZERO) + node.usage.get(fr, _ZERO) - quota
+        b = ext.get(fr, 0) + node.usage.get(fr, 0) - quota
         if b > 0:
-            borrowed[fr[1]] = borrowed.get(fr[1], _ZERO) + b
-    for fr, v in extra.items():  # requests in flavor-resources the node has no quota for
-        if fr not in node.subtree and v + node.usage.get(fr, _ZERO) > 0:
-            borrowed[fr[1]] = borrowed.get(fr[1], _ZERO) + v + node.usage.get(fr, _ZERO)
+            borrowed[fr[1]] = borrowed.get(fr[1], 0) + b
+    for fr, v in ext.items():  # requests in flavor-resources the node has no quota for
+        if fr not in node.subtree and v + node.usage.get(fr, 0) > 0:
+            borrowed[fr[1]] = borrowed.get(fr[1], 0) + v + node.usage.get(fr, 0)
     if not borrowed:
         return DRS(node.weight, _ZERO, False)
     root = tree.node(_root(tree, node_id))
-    lendable: dict[str, Fraction] = {}
+    lendable: dict[str, int] = {}
     for fr in root.subtree:
         if fr[1] in borrowed:
-            lendable[fr[1]] = lendable.get(fr[1], _ZERO) + tree.potential_available(node.parent.id, fr)
+            lendable[fr[1]] = lendable.get(fr[1], 0) + tree.potential_units(node.parent.id, fr)
     ratio = _ZERO
     dominant = ""
     for r in sorted(borrowed):
-        lr = lendable.get(r, _ZERO)
+        lr = lendable.get(r, 0)
         if lr > 0:
-            q = borrowed[r] / lr
+            q = Fraction(borrowed[r], lr)
             if q > ratio:
                 ratio, dominant = q, r
     return DRS(node.weight, ratio, True, dominant)

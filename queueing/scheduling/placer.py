@@ -99,6 +99,10 @@ class CountingRequest:
 class CountingState:
     used: Mapping[str, int]  # node -> GPUs in use (may exceed capacity with reservations)
     by_key: Mapping[str, tuple[tuple[str, int], ...]]  # workload key -> (node, gpus) per pod
+    gone: frozenset[str] = frozenset()  # keys in by_key that were removed (saves copying by_key)
+
+    def detail(self, key: str) -> tuple[tuple[str, int], ...] | None:
+        return None if key in self.gone else self.by_key.get(key)
 
 
 class CountingPlacer:
@@ -109,7 +113,10 @@ class CountingPlacer:
     def __init__(self, nodes: Sequence[CountingNode], device_class: str = "gpu"):
         self.nodes = {n.name: n for n in nodes}
         self.order = sorted(self.nodes)
+        self.index = {n: i for i, n in enumerate(self.order)}
         self.device_class = device_class
+        # eligibility per (pod set constraints, flavors): a cache of a pure function
+        self._eligible_cache: dict[tuple[object, ...], list[str]] = {}
 
     def initial_state(self, admitted: Sequence[AdmittedWorkload]) -> CountingState:
         state = CountingState({}, {})
@@ -130,15 +137,24 @@ class CountingPlacer:
     ) -> Placement | PlacementFailure:
         req = workload.placement_request
         per_pod = req.gpus_per_pod if isinstance(req, CountingRequest) else {}
-        free = {n: self.free(state, n) for n in self.order}
         pods: list[tuple[int, int, str]] = []  # (gpus, pod set index, pod set name)
         eligible: dict[str, list[str]] = {}
         for i, ps in enumerate(workload.pod_sets):
             g = per_pod.get(ps.name, 0)
-            eligible[ps.name] = [
-                n for n in self.order if self._eligible(self.nodes[n], ps, flavors.get(ps.name, ()))
-            ]
+            fl = flavors.get(ps.name, ())
+            ck = (
+                tuple(sorted(ps.node_selector.items())),
+                ps.tolerations,
+                tuple((f.name, tuple(sorted(f.node_labels.items())), f.tolerations) for f in fl),
+            )
+            el = self._eligible_cache.get(ck)
+            if el is None:
+                el = [n for n in self.order if self._eligible(self.nodes[n], ps, fl)]
+                self._eligible_cache[ck] = el
+            eligible[ps.name] = el
             pods.extend((g, i, ps.name) for _ in range(counts.get(ps.name, ps.count)))
+        used = state.used
+        free = {n: max(0, self.nodes[n].gpus - used.get(n, 0)) for ps in eligible.values() for n in ps}
         # largest first, stable by pod set order
         order = sorted(range(len(pods)), key=lambda j: (-pods[j][0], pods[j][1], j))
         assigned: list[tuple[str, int]] = [("", 0)] * len(pods)
@@ -147,7 +163,7 @@ class CountingPlacer:
             cands = [n for n in eligible[ps_name] if free[n] >= g]
             if not cands:
                 return PlacementFailure(self._explain(workload, ps_name, g, counts, eligible[ps_name], state))
-            best = min(cands, key=lambda n: (free[n], self.order.index(n)))
+            best = min(cands, key=lambda n: (free[n], self.index[n]))
             free[best] -= g
             assigned[j] = (best, g)
         charges: dict[str, Fraction] = {}
@@ -174,7 +190,7 @@ class CountingPlacer:
             return f"pod set {ps_name}: no node matches the flavor, node selector and taints"
         initial = {n: self.free(state, n) for n in eligible}
         fit = sum(initial[n] // g for n in eligible) if g else n_pods
-        best = max(eligible, key=lambda n: (initial[n], -self.order.index(n)))
+        best = max(eligible, key=lambda n: (initial[n], -self.index[n]))
         return (
             f"pod set {ps_name}: {n_pods} pods x {g} {self.device_class} needed, {min(fit, n_pods)} fit; "
             f"best node {best} has {initial[best]} free ({max(0, g - initial[best])} short)"
@@ -204,15 +220,14 @@ class CountingPlacer:
         for node, g in detail:
             used[node] = used.get(node, 0) + g
         by_key = dict(state.by_key)
-        by_key[key] = by_key.get(key, ()) + detail
-        return CountingState(used, by_key)
+        by_key[key] = (state.detail(key) or ()) + detail
+        return CountingState(used, by_key, state.gone - {key})
 
     def remove(self, state: CountingState, key: str) -> CountingState:
-        detail = state.by_key.get(key)
+        detail = state.detail(key)
         if detail is None:
             return state
         used = dict(state.used)
         for node, g in detail:
             used[node] -= g
-        by_key = {k: v for k, v in state.by_key.items() if k != key}
-        return CountingState(used, by_key)
+        return CountingState(used, state.by_key, state.gone | {key})

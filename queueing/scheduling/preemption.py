@@ -38,11 +38,12 @@ from queueing.scheduling.assign import Assigner, Assignment, Combo
 from queueing.scheduling.config import SchedulingConfig
 from queueing.scheduling.fairshare import dominant_resource_share
 from queueing.scheduling.placer import Placer
-from queueing.scheduling.quota import QuotaTree, cq_id
+from queueing.scheduling.quota import QuotaTree, cq_id, to_units
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, FlavorResource, WorkloadInfo
 
 __all__ = ["PreemptionPlan", "Victim", "plan_preemption"]
 
+_ZERO = Fraction(0)
 Reason = Literal[
     "InClusterQueue", "InCohortReclamation", "InCohortFairSharing", "InCohortReclaimWhileBorrowing"
 ]
@@ -83,19 +84,41 @@ class _Ctx:
     state: object
     assigner: Assigner
     placer: Placer[Any]
+    expected: list[dict[FlavorResource, Fraction]]  # expected usage per combination
     checks: int = 0
 
     def fits(self, removed: Sequence[AdmittedWorkload], allow_borrow: bool) -> Assignment | None:
+        """Whether the preemptor fits with ``removed`` gone (quota first, then placement)."""
         self.checks += 1
-        tree = self.tree.clone()
-        state = self.state
+        tree = self.tree
+        # removing a sum at once equals removing its parts one by one
+        per_cq: dict[str, dict[FlavorResource, Fraction]] = {}
         for a in removed:
-            tree.remove_usage(a.cluster_queue, a.usage)
-            state = self.placer.remove(state, a.key)
-        out = self.assigner.try_assign(
-            self.cq, self.wl, self.counts, tree, state, only=self.combos, allow_borrow=allow_borrow
-        )
-        return out.assignment
+            acc = per_cq.setdefault(a.cluster_queue, {})
+            for fr, v in a.usage.items():
+                acc[fr] = acc.get(fr, _ZERO) + v
+        for name, u in per_cq.items():  # in place, undone below (add/remove are exact inverses)
+            tree.remove_usage(name, u)
+        try:
+            if not self.quota_may_fit(allow_borrow):
+                return None
+            state = self.state
+            for a in removed:
+                state = self.placer.remove(state, a.key)
+            out = self.assigner.try_assign(
+                self.cq, self.wl, self.counts, tree, state, only=self.combos, allow_borrow=allow_borrow
+            )
+            return out.assignment
+        finally:
+            for name, u in per_cq.items():
+                tree.add_usage(name, u)
+
+    def quota_may_fit(self, allow_borrow: bool) -> bool:
+        for usage in self.expected:
+            fit = self.tree.fit(self.cq.name, usage)
+            if fit.mode == "Fit" and (allow_borrow or not fit.borrows):
+                return True
+        return False
 
 
 def _order(cq: str) -> Callable[[AdmittedWorkload], tuple[int, int, int, float, str]]:
@@ -124,10 +147,14 @@ def _overlaps(a: AdmittedWorkload, names: set[str]) -> bool:
 
 
 def _borrowing_after(tree: QuotaTree, removed: Sequence[AdmittedWorkload], cq: str) -> bool:
-    t = tree.clone()
+    """Whether ``cq`` still uses more than its nominal quota once ``removed`` are gone."""
+    node = tree.node(cq_id(cq))
+    usage = dict(node.usage)
     for a in removed:
-        t.remove_usage(a.cluster_queue, a.usage)
-    return t.is_borrowing(cq_id(cq))
+        if a.cluster_queue == cq:
+            for fr, v in a.usage.items():
+                usage[fr] = usage.get(fr, 0) - to_units(v)
+    return any(v > node.subtree.get(fr, 0) for fr, v in usage.items())
 
 
 def plan_preemption(
@@ -152,7 +179,12 @@ def plan_preemption(
         and not any(a.evicting for a in admitted)
     ):
         return None
-    ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer)
+    groups, _ = assigner.relevant_groups(cq, wl)
+    expected = [
+        assigner.regular_usage(cq, wl, counts, assigner.flavor_map(cq, wl, c, groups)[0], with_devices=True)
+        for c in combos
+    ]
+    ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer, expected)
     names = _resources(wl)
     root = tree.root_of(cq.name)
     own: list[AdmittedWorkload] = []
@@ -333,9 +365,9 @@ def _fair_search(
             before0 = dominant_resource_share(tree, cq_id(c.cluster_queue))
             if not before0.borrowing:
                 continue
-            t1 = tree.clone()
-            t1.remove_usage(c.cluster_queue, c.usage)
-            after0 = dominant_resource_share(t1, cq_id(c.cluster_queue)).key()
+            tree.remove_usage(c.cluster_queue, c.usage)
+            after0 = dominant_resource_share(tree, cq_id(c.cluster_queue)).key()
+            tree.add_usage(c.cluster_queue, c.usage)
             ok0 = mine0 <= after0 if strategy == "LessThanOrEqualToFinalShare" else mine0 < before0.key()
             if not ok0:
                 continue

@@ -32,6 +32,20 @@ __all__ = ["FitMode", "QuotaFit", "QuotaTree", "cohort_id", "cq_id"]
 
 FitMode = Literal["Fit", "Preempt", "NoFit"]
 _ZERO = Fraction(0)
+# Internally amounts are integers of 10^-9 units: quantities have at most that precision
+# (Quantity rounds to 1n), so this stays exact and is much faster than Fraction arithmetic.
+SCALE = 10**9
+
+
+def to_units(v: Fraction | int) -> int:
+    if isinstance(v, int):
+        return v * SCALE
+    n = v.numerator * SCALE
+    return -(-n // v.denominator)  # round up (never under-charge)
+
+
+def from_units(n: int) -> Fraction:
+    return Fraction(n, SCALE)
 
 
 def cq_id(name: str) -> str:
@@ -43,7 +57,7 @@ def cohort_id(name: str) -> str:
 
 
 class _Node:
-    __slots__ = ("children", "id", "name", "parent", "quotas", "subtree", "usage", "weight")
+    __slots__ = ("bl", "children", "id", "ll", "name", "parent", "quotas", "subtree", "usage", "weight")
 
     def __init__(
         self, node_id: str, name: str, quotas: dict[FlavorResource, ResourceQuota], weight: Fraction
@@ -54,17 +68,24 @@ class _Node:
         self.weight = weight
         self.parent: _Node | None = None
         self.children: list[_Node] = []
-        self.subtree: dict[FlavorResource, Fraction] = {}
-        self.usage: dict[FlavorResource, Fraction] = {}
+        # all in units of 10^-9
+        self.bl: dict[FlavorResource, int] = {
+            fr: to_units(q.borrowing_limit) for fr, q in quotas.items() if q.borrowing_limit is not None
+        }
+        self.ll: dict[FlavorResource, int] = {
+            fr: to_units(q.lending_limit) for fr, q in quotas.items() if q.lending_limit is not None
+        }
+        self.subtree: dict[FlavorResource, int] = {}
+        self.usage: dict[FlavorResource, int] = {}
 
-    def guaranteed(self, fr: FlavorResource) -> Fraction:
-        q = self.quotas.get(fr)
-        if q is not None and q.lending_limit is not None:
-            return max(_ZERO, self.subtree.get(fr, _ZERO) - q.lending_limit)
-        return _ZERO
+    def guaranteed(self, fr: FlavorResource) -> int:
+        ll = self.ll.get(fr)
+        if ll is not None:
+            return max(0, self.subtree.get(fr, 0) - ll)
+        return 0
 
-    def local_available(self, fr: FlavorResource) -> Fraction:
-        return max(_ZERO, self.guaranteed(fr) - self.usage.get(fr, _ZERO))
+    def local_available(self, fr: FlavorResource) -> int:
+        return max(0, self.guaranteed(fr) - self.usage.get(fr, 0))
 
 
 @dataclass(frozen=True)
@@ -168,11 +189,11 @@ class QuotaTree:
         return ""
 
     def _accumulate(self, node: _Node) -> None:
-        node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
+        node.subtree = {fr: to_units(q.nominal) for fr, q in node.quotas.items()}
         for child in node.children:
             self._accumulate(child)
             for fr, q in child.subtree.items():
-                node.subtree[fr] = node.subtree.get(fr, _ZERO) + q - child.guaranteed(fr)
+                node.subtree[fr] = node.subtree.get(fr, 0) + q - child.guaranteed(fr)
 
     # ---- copying -------------------------------------------------------------------------------
     def clone(self) -> QuotaTree:
@@ -180,7 +201,9 @@ class QuotaTree:
         new.disabled = self.disabled
         new.nodes = {}
         for nid, n in self.nodes.items():
-            c = _Node(n.id, n.name, n.quotas, n.weight)
+            c = _Node.__new__(_Node)
+            c.id, c.name, c.quotas, c.weight = n.id, n.name, n.quotas, n.weight
+            c.bl, c.ll, c.parent, c.children = n.bl, n.ll, None, []
             c.subtree = n.subtree
             c.usage = dict(n.usage)
             new.nodes[nid] = c
@@ -228,46 +251,49 @@ class QuotaTree:
         return q.nominal if q else _ZERO
 
     def usage(self, cq: str, fr: FlavorResource) -> Fraction:
-        return self.nodes[cq_id(cq)].usage.get(fr, _ZERO)
+        return from_units(self.nodes[cq_id(cq)].usage.get(fr, 0))
 
-    def usage_of(self, node_id: str) -> Mapping[FlavorResource, Fraction]:
-        return self.nodes[node_id].usage
+    def usage_of(self, node_id: str) -> dict[FlavorResource, Fraction]:
+        return {fr: from_units(v) for fr, v in self.nodes[node_id].usage.items()}
 
-    def subtree_of(self, node_id: str) -> Mapping[FlavorResource, Fraction]:
-        return self.nodes[node_id].subtree
+    def subtree_of(self, node_id: str) -> dict[FlavorResource, Fraction]:
+        return {fr: from_units(v) for fr, v in self.nodes[node_id].subtree.items()}
 
     def available(self, cq: str, fr: FlavorResource) -> Fraction:
-        return self._available(self.nodes[cq_id(cq)], fr)
+        return from_units(self._available(self.nodes[cq_id(cq)], fr))
 
-    def _available(self, n: _Node, fr: FlavorResource) -> Fraction:
+    def _available(self, n: _Node, fr: FlavorResource) -> int:
         if n.parent is None:
-            return n.subtree.get(fr, _ZERO) - n.usage.get(fr, _ZERO)
+            return n.subtree.get(fr, 0) - n.usage.get(fr, 0)
         parent_avail = self._available(n.parent, fr)
-        q = n.quotas.get(fr)
-        if q is not None and q.borrowing_limit is not None:
+        bl = n.bl.get(fr)
+        if bl is not None:
             g = n.guaranteed(fr)
-            stored = n.subtree.get(fr, _ZERO) - g
-            used = max(_ZERO, n.usage.get(fr, _ZERO) - g)
-            parent_avail = min(stored - used + q.borrowing_limit, parent_avail)
+            stored = n.subtree.get(fr, 0) - g
+            used = max(0, n.usage.get(fr, 0) - g)
+            parent_avail = min(stored - used + bl, parent_avail)
         return n.local_available(fr) + parent_avail
 
     def potential_available(self, node_id: str, fr: FlavorResource) -> Fraction:
         """The most the node could get with no usage anywhere, within borrowing limits."""
+        return from_units(self._potential(self.nodes[node_id], fr))
+
+    def potential_units(self, node_id: str, fr: FlavorResource) -> int:
         return self._potential(self.nodes[node_id], fr)
 
-    def _potential(self, n: _Node, fr: FlavorResource) -> Fraction:
+    def _potential(self, n: _Node, fr: FlavorResource) -> int:
         if n.parent is None:
-            return n.subtree.get(fr, _ZERO)
+            return n.subtree.get(fr, 0)
         got = n.guaranteed(fr) + self._potential(n.parent, fr)
-        q = n.quotas.get(fr)
-        if q is not None and q.borrowing_limit is not None:
-            got = min(n.subtree.get(fr, _ZERO) + q.borrowing_limit, got)
+        bl = n.bl.get(fr)
+        if bl is not None:
+            got = min(n.subtree.get(fr, 0) + bl, got)
         return got
 
     def is_borrowing(self, node_id: str, frs: Iterable[FlavorResource] | None = None) -> bool:
         n = self.nodes[node_id]
         keys = n.usage.keys() if frs is None else frs
-        return any(n.usage.get(fr, _ZERO) > n.subtree.get(fr, _ZERO) for fr in keys)
+        return any(n.usage.get(fr, 0) > n.subtree.get(fr, 0) for fr in keys)
 
     def fit(self, cq: str, request: Mapping[FlavorResource, Fraction]) -> QuotaFit:
         """Kueue's per-flavor fit: Fit (maybe borrowing), Preempt (only by evicting), NoFit."""
@@ -276,22 +302,22 @@ class QuotaTree:
         borrows = False
         short: tuple[str, str, Fraction, Fraction] | None = None
         for fr in sorted(request):
-            val = request[fr]
+            val = to_units(request[fr])
             if val <= 0:
                 continue
             avail = self._available(n, fr)
             if val <= avail:
-                if n.usage.get(fr, _ZERO) + val > n.subtree.get(fr, _ZERO):
+                if n.usage.get(fr, 0) + val > n.subtree.get(fr, 0):
                     borrows = True
                 continue
             pot = self._potential(n, fr)
             if val <= pot:
                 if mode == "Fit":
-                    mode, short = "Preempt", (fr[0], fr[1], val, max(avail, _ZERO))
-                if val > n.subtree.get(fr, _ZERO):
+                    mode, short = "Preempt", (fr[0], fr[1], from_units(val), from_units(max(avail, 0)))
+                if val > n.subtree.get(fr, 0):
                     borrows = True
             else:
-                mode, short = "NoFit", (fr[0], fr[1], val, pot)
+                mode, short = "NoFit", (fr[0], fr[1], from_units(val), from_units(pot))
                 break
         return QuotaFit(mode, borrows, short)
 
@@ -300,11 +326,11 @@ class QuotaTree:
         n = self.nodes[cq_id(cq)]
         for fr, val in usage.items():
             if val:
-                self._add(n, fr, val)
+                self._add(n, fr, to_units(val))
 
-    def _add(self, n: _Node, fr: FlavorResource, val: Fraction) -> None:
+    def _add(self, n: _Node, fr: FlavorResource, val: int) -> None:
         local = n.local_available(fr)
-        n.usage[fr] = n.usage.get(fr, _ZERO) + val
+        n.usage[fr] = n.usage.get(fr, 0) + val
         if n.parent is not None and val > local:
             self._add(n.parent, fr, val - local)
 
@@ -312,11 +338,11 @@ class QuotaTree:
         n = self.nodes[cq_id(cq)]
         for fr, val in usage.items():
             if val:
-                self._remove(n, fr, val)
+                self._remove(n, fr, to_units(val))
 
-    def _remove(self, n: _Node, fr: FlavorResource, val: Fraction) -> None:
-        stored = n.usage.get(fr, _ZERO) - n.guaranteed(fr)
-        n.usage[fr] = n.usage.get(fr, _ZERO) - val
+    def _remove(self, n: _Node, fr: FlavorResource, val: int) -> None:
+        stored = n.usage.get(fr, 0) - n.guaranteed(fr)
+        n.usage[fr] = n.usage.get(fr, 0) - val
         if stored > 0 and n.parent is not None:
             self._remove(n.parent, fr, min(val, stored))
 
@@ -326,16 +352,19 @@ class QuotaTree:
         out: list[str] = []
         for n in self.nodes.values():
             for fr, u in n.usage.items():
+                uf = from_units(u)
                 if u < 0:
-                    out.append(f"{n.id}: negative usage {u} of {fr}")
+                    out.append(f"{n.id}: negative usage {uf} of {fr}")
                 if n.id.startswith("cq:"):
-                    q = n.quotas.get(fr)
-                    if n.parent is None or (q is not None and q.borrowing_limit is not None):
-                        cap = n.subtree.get(fr, _ZERO) + (
-                            q.borrowing_limit if n.parent is not None and q and q.borrowing_limit else _ZERO
-                        )
+                    bl = n.bl.get(fr) if n.parent is not None else 0
+                    if bl is not None:
+                        cap = n.subtree.get(fr, 0) + bl
                         if u > cap:
-                            out.append(f"{n.id}: usage {u} of {fr} exceeds nominal + borrowingLimit {cap}")
-                if n.parent is None and u > n.subtree.get(fr, _ZERO):
-                    out.append(f"{n.id}: usage {u} of {fr} exceeds the quota of the tree {n.subtree.get(fr)}")
+                            out.append(
+                                f"{n.id}: usage {uf} of {fr} exceeds nominal + borrowingLimit {from_units(cap)}"
+                            )
+                if n.parent is None and u > n.subtree.get(fr, 0):
+                    out.append(
+                        f"{n.id}: usage {uf} of {fr} exceeds the quota of the tree {from_units(n.subtree.get(fr, 0))}"
+                    )
         return out
