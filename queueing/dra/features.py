@@ -14,6 +14,7 @@ GATES: dict[str, str] = {
     "DRAConsumableCapacity": "consumable_capacity",
     "DRADeviceTaints": "device_taints",
     "DRADeviceBindingConditions": "binding_conditions",
+    "DRAExtendedResource": "extended_resource",
 }
 
 
@@ -25,6 +26,7 @@ class Features:
     consumable_capacity: bool = True
     device_taints: bool = True
     binding_conditions: bool = True
+    extended_resource: bool = True  # extended resources backed by DeviceClasses (gang placement)
 
     @classmethod
     def parse(cls, text: str, base: Features | None = None) -> Features:

@@ -35,6 +35,13 @@ from queueing.dra.allocator import (
     Shortfall,
 )
 from queueing.dra.errors import AllocationError
+from queueing.dra.extended import (
+    ExtendedRequestMapping,
+    ImplicitClaim,
+    extended_resource_classes,
+    implicit_claim,
+    pod_extended_requests,
+)
 from queueing.dra.features import Features
 from queueing.dra.inventory import Inventory, Pick, Usage
 
@@ -55,6 +62,7 @@ MissKind = Literal[
     "cpu",
     "memory",
     "pods",
+    "resource",
     "shared-claim",
     "taints",
     "node-selector",
@@ -67,6 +75,7 @@ _KIND_RANK: dict[str, int] = {
     "cpu": 0,
     "memory": 0,
     "pods": 0,
+    "resource": 0,
     "shared-claim": 1,
     "taints": 2,
     "node-selector": 3,
@@ -80,18 +89,23 @@ def _fmt(v: Fraction) -> str:
 
 
 def _pod_requests(pod: Pod) -> dict[str, Fraction]:
-    """Effective requests: sum over containers, at least the largest init container; one pod slot."""
+    """Effective requests of every resource (cpu, memory, extended resources, ...): the sum over
+    containers and sidecars, at least the largest plain init container; one pod slot."""
     total: dict[str, Fraction] = {"cpu": Fraction(0), "memory": Fraction(0)}
     for c in pod.spec.containers:
-        for r in ("cpu", "memory"):
-            q = c.requests.get(r)
-            if q is not None:
-                total[r] += q.value
+        for r, q in c.requests.items():
+            total[r] = total.get(r, Fraction(0)) + q.value
+    init_max: dict[str, Fraction] = {}
     for c in pod.spec.init_containers or []:
-        for r in ("cpu", "memory"):
-            q = c.requests.get(r)
-            if q is not None and q.value > total[r]:
-                total[r] = q.value
+        sidecar = (c.model_extra or {}).get("restartPolicy") == "Always"
+        for r, q in c.requests.items():
+            if sidecar:
+                total[r] = total.get(r, Fraction(0)) + q.value
+            elif q.value > init_max.get(r, Fraction(0)):
+                init_max[r] = q.value
+    for r, v in init_max.items():
+        if v > total.get(r, Fraction(0)):
+            total[r] = v
     total["pods"] = Fraction(1)
     return total
 
@@ -103,6 +117,18 @@ class PodPlacement:
     node: str
     claims: tuple[ClaimAllocation, ...]  # allocated for this pod (per-pod claims, shared ones on first use)
     shared: tuple[str, ...]  # keys of shared claims the pod uses (allocated now or before)
+    # the implicit claim for extended resources served through DRA on this node (also in ``claims``)
+    extended: ClaimAllocation | None = None
+    extended_mappings: tuple[ExtendedRequestMapping, ...] = ()
+    extended_resources: tuple[str, ...] = ()  # extended resources served through DRA here
+    node_resources: tuple[tuple[str, Fraction], ...] = ()  # what the pod takes from node allocatable
+
+    @property
+    def extended_devices(self) -> tuple[tuple[str, str, str], ...]:
+        """(driver, pool, device) of every device the implicit claim got."""
+        if self.extended is None:
+            return ()
+        return tuple((p.device.key[0], p.device.key[1], p.device.key[2]) for p in self.extended.picks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,23 +191,35 @@ class ClusterState:
         self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.inventory = Inventory(slices, partitionable_devices=self.features.partitionable_devices)
+        classes = dict(classes) if isinstance(classes, Mapping) else list(classes)
         self.allocator = Allocator(
             self.inventory, classes, features=self.features, cache=cache, max_steps=max_steps
         )
         self.claims: dict[str, ResourceClaim] = {c.key: c for c in claims}
         self.templates: dict[str, ResourceClaimTemplate] = {t.key: t for t in templates}
         self.usage: Usage = self.inventory.usage([c for c in self.claims.values() if c.status.allocation])
+        # node allocatable of every resource (None: the node publishes none; then cpu/memory/pods are
+        # not checked, but extended resources count as 0)
         self.allocatable: list[dict[str, Fraction] | None] = []
         for n in self.nodes:
             alloc = n.allocatable
-            self.allocatable.append({r: alloc[r].value for r in _RESOURCES if r in alloc} if alloc else None)
+            self.allocatable.append({r: q.value for r, q in alloc.items()} if alloc else None)
         self.used: list[dict[str, Fraction]] = [dict.fromkeys(_RESOURCES, Fraction(0)) for _ in self.nodes]
         for p in pods:
             i = self.node_index.get(p.spec.node_name or "")
             if i is None or p.status.phase in ("Succeeded", "Failed"):
                 continue
+            cap = self.allocatable[i] or {}
             for r, v in _pod_requests(p).items():
-                self.used[i][r] += v
+                # an extended resource the node does not publish was served through DRA (its
+                # implicit claim is among ``claims``)
+                if r in _RESOURCES or cap.get(r):
+                    self.used[i][r] = self.used[i].get(r, Fraction(0)) + v
+        class_list = list(classes.values()) if isinstance(classes, Mapping) else list(classes)
+        # extended resource name -> DeviceClass (empty when DRAExtendedResource is off)
+        self.extended_classes: dict[str, str] = (
+            extended_resource_classes(class_list) if self.features.extended_resource else {}
+        )
         self._open: Transaction | None = None
 
     def begin(self) -> Transaction:
@@ -214,7 +252,7 @@ class Transaction:
     def _apply(self, step: _Step) -> None:
         used = self.state.used[step.node]
         for r, v in step.requests.items():
-            used[r] += v
+            used[r] = used.get(r, Fraction(0)) + v
         self._steps.append(step)
 
     def _undo_last(self) -> None:
@@ -267,6 +305,11 @@ class _PodPlan:
     shared: tuple[tuple[str, PreparedClaim | None], ...]  # key, prepared (None: allocated before the gang)
     shape: tuple[object, ...]
     static_ok: dict[int, NodeMiss | None] = field(default_factory=dict)
+    # extended resources a DeviceClass backs -> pod-level count; served through DRA on nodes that do
+    # not publish them in allocatable
+    extended: dict[str, int] = field(default_factory=dict)
+    # per set of resources served through DRA: the implicit claim (prepared) or None
+    implicit: dict[frozenset[str], tuple[ImplicitClaim, PreparedClaim] | None] = field(default_factory=dict)
 
 
 class _BoundHit(Exception):
@@ -322,6 +365,22 @@ class _Gang:
                 raise AllocationError(
                     ref, path, "one of resourceClaimName or resourceClaimTemplateName is required"
                 )
+        names = {prc.name for prc in pod.spec.resource_claims or []}
+        for kind, cs in (
+            ("initContainers", pod.spec.init_containers or []),
+            ("containers", pod.spec.containers),
+        ):
+            for ci, ctr in enumerate(cs):
+                for j, cc in enumerate((ctr.resources.claims if ctr.resources else None) or []):
+                    if cc.name not in names:
+                        raise AllocationError(
+                            ref,
+                            f"spec.{kind}[{ci}].resources.claims[{j}].name",
+                            f"{cc.name!r} is not in spec.resourceClaims",
+                        )
+        extended = (
+            pod_extended_requests(pod, self.state.extended_classes) if self.state.extended_classes else {}
+        )
         spec = pod.spec
         shape: tuple[object, ...] = (
             tuple(sorted(_pod_requests(pod).items())),
@@ -331,7 +390,35 @@ class _Gang:
             tuple(t.model_dump_json() for t in spec.tolerations or []),
             tuple(sources),
         )
-        return _PodPlan(pod, pod.key, _pod_requests(pod), tuple(own), tuple(shared), shape)
+        return _PodPlan(pod, pod.key, _pod_requests(pod), tuple(own), tuple(shared), shape, extended=extended)
+
+    def _routed(self, plan: _PodPlan, i: int) -> frozenset[str]:
+        """The pod's extended resources served through DRA on node i (the node does not publish them)."""
+        if not plan.extended:
+            return frozenset()
+        cap = self.state.allocatable[i] or {}
+        return frozenset(r for r in plan.extended if not cap.get(r))
+
+    def _implicit(self, plan: _PodPlan, i: int) -> tuple[ImplicitClaim, PreparedClaim] | None:
+        routed = self._routed(plan, i)
+        if not routed:
+            return None
+        if routed not in plan.implicit:
+            ic = implicit_claim(plan.pod, routed, self.state.extended_classes)
+            if ic is not None and ic.claim.key in {c.key for c in plan.own}:
+                raise AllocationError(
+                    f"Pod {plan.key}",
+                    "spec.resourceClaims",
+                    f"claim name {ic.claim.name} clashes with the implicit claim for extended resources",
+                )
+            plan.implicit[routed] = None if ic is None else (ic, self.state.allocator.prepare_claim(ic.claim))
+        return plan.implicit[routed]
+
+    def _node_requests(self, plan: _PodPlan, i: int) -> dict[str, Fraction]:
+        routed = self._routed(plan, i)
+        if not routed:
+            return plan.requests
+        return {r: v for r, v in plan.requests.items() if r not in routed}
 
     # ---- checks ---------------------------------------------------------------------------
     def _static_miss(self, plan: _PodPlan, i: int) -> NodeMiss | None:
@@ -379,30 +466,46 @@ class _Gang:
                     claim=key,
                 )
         cap = self.state.allocatable[i]
-        if cap is not None:
-            used = self.state.used[i]
-            for r in _RESOURCES:
-                need = plan.requests.get(r, Fraction(0))
-                if not need or r not in cap:
+        used = self.state.used[i]
+        for r, need in self._node_requests(plan, i).items():
+            if not need:
+                continue
+            if r in _RESOURCES:
+                if cap is None or r not in cap:
                     continue
-                free = cap[r] - used[r]
-                if need > free:
-                    return NodeMiss(
-                        node.name,
-                        r,  # type: ignore[arg-type]
-                        f"{r}: needs {_fmt(need)}, {_fmt(max(free, Fraction(0)))} free",
-                        short_by=need - free,
-                    )
+                have = cap[r]
+            else:  # extended resources, hugepages, ephemeral-storage: the node must publish them
+                have = (cap or {}).get(r, Fraction(0))
+            free = have - used.get(r, Fraction(0))
+            if need > free:
+                return NodeMiss(
+                    node.name,
+                    r if r in _RESOURCES else "resource",  # type: ignore[arg-type]
+                    f"{r}: needs {_fmt(need)}, {_fmt(max(free, Fraction(0)))} free"
+                    + (
+                        ""
+                        if have or r in _RESOURCES
+                        else " (the node does not publish it and no DeviceClass backs it)"
+                    ),
+                    short_by=need - free,
+                )
         return None
 
-    def _claims_for(self, plan: _PodPlan) -> tuple[list[PreparedClaim], list[str]]:
+    def _claims_for(
+        self, plan: _PodPlan, i: int | None = None
+    ) -> tuple[list[PreparedClaim], list[str], ImplicitClaim | None]:
+        """Claims to allocate for the pod on node i: its own (from templates), the implicit claim for
+        extended resources served through DRA there, then shared claims not allocated yet."""
         claims = list(plan.own)
+        implicit = self._implicit(plan, i) if i is not None else None
+        if implicit is not None:
+            claims.append(implicit[1])
         new_shared = []
         for key, prepared in plan.shared:
             if prepared is not None and key not in self.txn.shared and key not in new_shared:
                 claims.append(prepared)
                 new_shared.append(key)
-        return claims, new_shared
+        return claims, new_shared, implicit[0] if implicit is not None else None
 
     def _try(self, plan: _PodPlan, i: int) -> bool:
         self.checks += 1
@@ -410,7 +513,7 @@ class _Gang:
             raise _BoundHit()
         if self._static_miss(plan, i) is not None or self._dynamic_miss(plan, i) is not None:
             return False
-        claims, new_shared = self._claims_for(plan)
+        claims, new_shared, implicit = self._claims_for(plan, i)
         node = self.state.nodes[i]
         if claims:
             got = self.state.allocator.allocate_on(claims, node, self.state.usage, explain=False)
@@ -420,12 +523,27 @@ class _Gang:
                 return False
         else:
             got = ()
-        shared_keys = {c.key for c in claims[len(plan.own) :]}
+        shared_keys = set(new_shared)
+        extended: ClaimAllocation | None = None
         for ca in got:
             if ca.claim.key in shared_keys:
                 self.txn.shared[ca.claim.key] = ca
-        self.txn._apply(_Step(i, plan.requests, got, tuple(new_shared)))
-        self.placements.append(PodPlacement(plan.key, node.name, got, tuple(k for k, _ in plan.shared)))
+            elif implicit is not None and ca.claim.key == implicit.claim.key:
+                extended = ca
+        requests = self._node_requests(plan, i)
+        self.txn._apply(_Step(i, requests, got, tuple(new_shared)))
+        self.placements.append(
+            PodPlacement(
+                plan.key,
+                node.name,
+                got,
+                tuple(k for k, _ in plan.shared),
+                extended,
+                implicit.mappings if implicit is not None else (),
+                implicit.resources if implicit is not None else (),
+                tuple(sorted((r, v) for r, v in requests.items() if v)),
+            )
+        )
         return True
 
     def _undo(self) -> None:
@@ -485,7 +603,7 @@ class _Gang:
         if miss is not None:
             return miss
         node = self.state.nodes[i]
-        claims, _ = self._claims_for(plan)
+        claims, _, _ = self._claims_for(plan, i)
         got = self.state.allocator.allocate_on(claims, node, self.state.usage, explain=True)
         if isinstance(got, tuple):  # fits now (only reachable when an earlier search was cut short)
             for ca in got:
