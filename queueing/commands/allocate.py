@@ -8,6 +8,16 @@ Reads Node, ResourceSlice, DeviceClass and ResourceClaim objects (YAML or JSON, 
 are in use; the others are allocated together for one pod on one node, all or nothing. Candidate
 nodes: ``--node`` or every Node plus every nodeName a slice names, by name; the first fit wins.
 
+Pods too: Pod (and Job, as ``parallelism`` pods ``<job>-<i>`` of its template) and
+ResourceClaimTemplate objects are read as well. Pods with ``spec.nodeName`` run there (they use node
+allocatable); the others are placed together as a gang (all or nothing) with their claims (from
+templates: one per pod, ``<pod>-<podClaimName>``; referenced claims: shared, allocated once) and,
+for extended resources a DeviceClass backs (``spec.extendedResourceName`` or
+``deviceclass.resource.kubernetes.io/<class>``) on nodes that do not publish them, an implicit claim
+``<pod>-extended-resources`` (annotation ``resource.kubernetes.io/extended-resource-claim``). The JSON
+then also has ``pods``: ``[{namespace, name, node, claims: [names], extendedResourceClaimStatus}]``.
+Without pods to place the output is exactly as above.
+
 Exit 0: allocated; 1: cannot be allocated; 2: invalid input or an error that aborts allocation,
 with one line on stderr naming the object and the field.
 """
@@ -17,14 +27,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
 from queueing.api.base import KubeObject, format_validation_error
-from queueing.api.core import Node
-from queueing.api.resource import DeviceClass, ResourceClaim, ResourceSlice
+from queueing.api.core import Job, Node, Pod
+from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+
+if TYPE_CHECKING:
+    from queueing.dra.features import Features
 
 HELP = "Allocate DRA devices for ResourceClaims on one node, as the Kubernetes scheduler would."
 
@@ -33,6 +46,9 @@ KINDS: dict[str, type[KubeObject]] = {
     "ResourceSlice": ResourceSlice,
     "DeviceClass": DeviceClass,
     "ResourceClaim": ResourceClaim,
+    "ResourceClaimTemplate": ResourceClaimTemplate,
+    "Pod": Pod,
+    "Job": Job,
 }
 
 
@@ -48,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         required=True,
         metavar="FILE",
-        help="YAML or JSON file with Nodes, ResourceSlices, DeviceClasses and ResourceClaims (repeatable; - is stdin)",
+        help="YAML or JSON file with Nodes, ResourceSlices, DeviceClasses, ResourceClaims "
+        "(and optionally ResourceClaimTemplates, Pods, Jobs) (repeatable; - is stdin)",
     )
     parser.add_argument("--node", metavar="NAME", help="only try this node")
     parser.add_argument("-o", "--output", choices=("json", "yaml"), default="json", help="output format")
@@ -57,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         metavar="Name=bool,...",
         help="DRA feature gates (DRAPrioritizedList, DRAAdminAccess, DRAPartitionableDevices, "
-        "DRAConsumableCapacity, DRADeviceTaints, DRADeviceBindingConditions); all on by default",
+        "DRAConsumableCapacity, DRADeviceTaints, DRADeviceBindingConditions, DRAExtendedResource); "
+        "all on by default",
     )
 
 
@@ -155,6 +173,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: ResourceClaim {c.key}: metadata.name: given twice", file=sys.stderr)
             return 2
         seen.add(c.key)
+    templates = [o for o in objects if isinstance(o, ResourceClaimTemplate)]
+    all_pods = [o for o in objects if isinstance(o, Pod)]
+    for job in (o for o in objects if isinstance(o, Job)):
+        all_pods.extend(_job_pods(job))
+    to_place = [p for p in all_pods if not p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")]
+    if to_place:
+        return _place_pods(args, features, nodes, slices, classes, claims, templates, all_pods, to_place)
 
     try:
         inventory = Inventory(slices, partitionable_devices=features.partitionable_devices)
@@ -188,3 +213,115 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _emit({"allocated": False, "node": None, "claims": [], "reason": outcome.reason()}, args.output)
     return 1
+
+
+def _job_pods(job: Job) -> list[Pod]:
+    """The pods a Job would start at once: ``parallelism`` (at most ``completions``) copies of its
+    template, named ``<job>-<index>``."""
+    n = job.spec.parallelism if job.spec.parallelism is not None else 1
+    if job.spec.completions is not None:
+        n = min(n, job.spec.completions)
+    tmpl = job.spec.template
+    meta = dict(tmpl.metadata or {})
+    out = []
+    for i in range(n):
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "labels": meta.get("labels") or {},
+                "annotations": meta.get("annotations") or {},
+                "name": f"{job.name}-{i}",
+                "namespace": job.namespace or "default",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job.name,
+                        "uid": job.metadata.uid or "",
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": tmpl.spec.to_dict(),
+        }
+        out.append(Pod.model_validate(body))
+    return out
+
+
+def _place_pods(
+    args: argparse.Namespace,
+    features: Features,
+    nodes: dict[str, Node],
+    slices: list[ResourceSlice],
+    classes: dict[str, DeviceClass],
+    claims: list[ResourceClaim],
+    templates: list[ResourceClaimTemplate],
+    all_pods: list[Pod],
+    to_place: list[Pod],
+) -> int:
+    from queueing.dra.errors import AllocationError
+    from queueing.dra.gang import ClusterState, place_gang
+    from queueing.dra.inventory import Inventory
+
+    keys: set[str] = set()
+    for p in all_pods:
+        if p.key in keys:
+            print(f"error: Pod {p.key}: metadata.name: given twice", file=sys.stderr)
+            return 2
+        keys.add(p.key)
+    referenced = {
+        f"{p.namespace or 'default'}/{prc.resource_claim_name}"
+        for p in all_pods
+        for prc in p.spec.resource_claims or []
+        if prc.resource_claim_name
+    }
+    for c in claims:
+        if c.status.allocation is None and c.key not in referenced:
+            print(f"warning: ResourceClaim {c.key}: not used by any pod; not allocated", file=sys.stderr)
+    running = [p for p in all_pods if p.spec.node_name]
+    try:
+        if args.node:
+            node_list = [nodes.get(args.node) or Node.model_validate({"metadata": {"name": args.node}})]
+        else:
+            inv = Inventory(slices, partitionable_devices=features.partitionable_devices)
+            names = sorted(set(nodes) | set(inv.node_names()))
+            node_list = [nodes.get(n) or Node.model_validate({"metadata": {"name": n}}) for n in names]
+        state = ClusterState(node_list, slices, classes, claims, templates, running, features=features)
+        result = place_gang(to_place, state)
+    except AllocationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not result.placed:
+        reason = result.explanation.message if result.explanation is not None else "does not fit"
+        _emit({"allocated": False, "node": None, "claims": [], "reason": reason}, args.output)
+        return 1
+    pods_out: list[dict[str, Any]] = []
+    claims_out: list[dict[str, Any]] = []
+    for pl in result.placements:
+        ns, _, name = pl.pod.partition("/")
+        entry: dict[str, Any] = {
+            "namespace": ns,
+            "name": name,
+            "node": pl.node,
+            "claims": [ca.name for ca in pl.claims if ca.claim.key not in pl.shared]
+            + [k.partition("/")[2] for k in pl.shared],
+        }
+        if pl.extended is not None:
+            entry["extendedResourceClaimStatus"] = {
+                "resourceClaimName": pl.extended.name,
+                "requestMappings": [m.to_dict() for m in pl.extended_mappings],
+            }
+        pods_out.append(entry)
+        claims_out.extend(
+            {"namespace": ca.namespace, "name": ca.name, "allocation": ca.allocation.to_dict()}
+            for ca in pl.claims
+        )
+    out = {
+        "allocated": True,
+        "node": result.placements[0].node if result.placements else None,
+        "claims": claims_out,
+        "pods": pods_out,
+    }
+    _emit(out, args.output)
+    return 0

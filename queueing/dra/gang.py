@@ -205,7 +205,8 @@ class ClusterState:
             alloc = n.allocatable
             self.allocatable.append({r: q.value for r, q in alloc.items()} if alloc else None)
         self.used: list[dict[str, Fraction]] = [dict.fromkeys(_RESOURCES, Fraction(0)) for _ in self.nodes]
-        for p in pods:
+        self.pods: dict[str, Pod] = {p.key: p for p in pods}  # pods already bound (running)
+        for p in self.pods.values():
             i = self.node_index.get(p.spec.node_name or "")
             if i is None or p.status.phase in ("Succeeded", "Failed"):
                 continue
