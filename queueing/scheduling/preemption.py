@@ -30,7 +30,7 @@ victims that are not needed are put back (Kueue's fill-back).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -86,9 +86,18 @@ class _Ctx:
     placer: Placer[Any]
     expected: list[dict[FlavorResource, Fraction]]  # expected usage per combination
     checks: int = 0
+    memo: dict[tuple[frozenset[str], bool], Assignment | None] = field(default_factory=dict)
 
     def fits(self, removed: Sequence[AdmittedWorkload], allow_borrow: bool) -> Assignment | None:
         """Whether the preemptor fits with ``removed`` gone (quota first, then placement)."""
+        memo_key = (frozenset(a.key for a in removed), allow_borrow)
+        if memo_key in self.memo:
+            return self.memo[memo_key]
+        got = self._fits(removed, allow_borrow)
+        self.memo[memo_key] = got
+        return got
+
+    def _fits(self, removed: Sequence[AdmittedWorkload], allow_borrow: bool) -> Assignment | None:
         self.checks += 1
         tree = self.tree
         # removing a sum at once equals removing its parts one by one
@@ -240,9 +249,10 @@ def plan_preemption(
             )
             if victims is not None:
                 return _plan(ctx, evicting, victims, "InCohortFairSharing")
-    if reclaim:
+    # with fair sharing, other ClusterQueues' workloads are only taken by the fair-sharing rules
+    if reclaim and not fair:
         attempts.append((sorted(set_union(own, reclaim), key=key), False, "InCohortReclamation"))
-    if borrow_pool:
+    if borrow_pool and not fair:
         attempts.append((sorted(set_union(own, borrow_pool), key=key), True, "InCohortReclaimWhileBorrowing"))
     if own:
         attempts.append((own, True, "InClusterQueue"))
@@ -341,7 +351,35 @@ def _fair_search(
 ) -> list[AdmittedWorkload] | None:
     """Kueue's fair-sharing preemption: take from the ClusterQueue with the highest share first,
     as long as the strategy allows; own ClusterQueue candidates by the withinClusterQueue policy."""
-    if ctx.fits([*base, *own, *others], allow_borrow=True) is None:
+    first = ctx.fits([*base, *own, *others], allow_borrow=True)
+    if first is None:
+        return None
+    req0 = dict(first.usage)
+    # prune: a target queue whose share is below the preemptor's lowest possible share (all own
+    # candidates gone) can never satisfy either strategy; shares of others do not change by
+    # evicting from a third queue
+    probe_tree = ctx.tree
+    rm: dict[str, dict[FlavorResource, Fraction]] = {}
+    for a in [*base, *own]:
+        acc = rm.setdefault(a.cluster_queue, {})
+        for fr, v in a.usage.items():
+            acc[fr] = acc.get(fr, _ZERO) + v
+    for name, u in rm.items():
+        probe_tree.remove_usage(name, u)
+    try:
+        floor = dominant_resource_share(probe_tree, cq_id(ctx.cq.name), req0).key()
+        strict = strategy == "LessThanInitialShare"
+        keep = {
+            c
+            for c in {a.cluster_queue for a in others}
+            if (dominant_resource_share(probe_tree, cq_id(c)).key() > floor)
+            or (not strict and dominant_resource_share(probe_tree, cq_id(c)).key() == floor)
+        }
+    finally:
+        for name, u in rm.items():
+            probe_tree.add_usage(name, u)
+    others = [a for a in others if a.cluster_queue in keep]
+    if not others and (not own or ctx.fits([*base, *own], allow_borrow=True) is None):
         return None
     by_cq: dict[str, list[AdmittedWorkload]] = {}
     for a in [*own, *others]:

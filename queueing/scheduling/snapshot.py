@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Literal
 
 from queueing.api.quantity import Quantity
@@ -264,11 +265,11 @@ class WorkloadInfo:
     # opaque: what the placer needs to place the pods (claims, topology, ...)
     placement_request: object = None
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    @property
+    @cached_property
     def queue_key(self) -> str:
         return f"{self.namespace}/{self.queue_name}"
 
