@@ -16,7 +16,8 @@ for extended resources a DeviceClass backs (``spec.extendedResourceName`` or
 ``deviceclass.resource.kubernetes.io/<class>``) on nodes that do not publish them, an implicit claim
 ``<pod>-extended-resources`` (annotation ``resource.kubernetes.io/extended-resource-claim``). The JSON
 then also has ``pods``: ``[{namespace, name, node, claims: [names], extendedResourceClaimStatus}]``.
-Without pods to place the output is exactly as above.
+Without pods to place (or when no pod references a claim or requests an extended resource: those
+pods are ignored with a warning) the output is exactly as above.
 
 Exit 0: allocated; 1: cannot be allocated; 2: invalid input or an error that aborts allocation,
 with one line on stderr naming the object and the field.
@@ -178,6 +179,13 @@ def run(args: argparse.Namespace) -> int:
     for job in (o for o in objects if isinstance(o, Job)):
         all_pods.extend(_job_pods(job))
     to_place = [p for p in all_pods if not p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")]
+    if to_place and not any(_uses_devices(p) for p in to_place):
+        for p in to_place:  # nothing for the allocator to decide: the claim-only contract applies
+            print(
+                f"warning: ignoring Pod {p.key}: it uses no ResourceClaims and no extended resources",
+                file=sys.stderr,
+            )
+        to_place = []
     if to_place:
         return _place_pods(args, features, nodes, slices, classes, claims, templates, all_pods, to_place)
 
@@ -213,6 +221,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _emit({"allocated": False, "node": None, "claims": [], "reason": outcome.reason()}, args.output)
     return 1
+
+
+def _uses_devices(pod: Pod) -> bool:
+    """The pod references claims or requests extended resources (``domain/name``)."""
+    from queueing.dra.extended import is_dra_extended_resource_name
+
+    if pod.spec.resource_claims:
+        return True
+    cs = list(pod.spec.containers) + list(pod.spec.init_containers or [])
+    return any(is_dra_extended_resource_name(r) for c in cs for r in c.requests)
 
 
 def _job_pods(job: Job) -> list[Pod]:
