@@ -37,6 +37,7 @@ import yaml
 from aiohttp import web
 
 from queueing.testing.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from queueing.testing.protobuf import decode_access_review
 from queueing.testing.resources import ResourceType
 from queueing.testing.store import CRD_KEY, ApiError, Store, Watcher
 from queueing.testing.tables import table
@@ -254,6 +255,9 @@ class Emulator:
     default_watch_timeout: float = 1800.0
     tokens: dict[str, str] = field(default_factory=lambda: {"admin-token": "admin"})
     authorizer: Authorizer | None = None  # None: everything allowed
+    # who a request without a token is: client-go (kubectl) does not send bearer tokens over plain HTTP,
+    # so kubectl is "admin" (use --as=<user> to act as someone else)
+    anonymous_user: str = "admin"
     url: str = ""
     counts: Counts = field(default_factory=Counts)
     access: Counter[RequestAttributes] = field(
@@ -466,10 +470,26 @@ class Emulator:
             if user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
         else:
-            user = "system:anonymous"
+            user = self.anonymous_user
+        impersonate = request.headers.get("Impersonate-User")
+        if impersonate:  # kubectl --as=...: only the admin may impersonate
+            if user != "admin":
+                raise ApiError(
+                    403, "Forbidden", f'users "{impersonate}" is forbidden: User "{user}" cannot impersonate'
+                )
+            user = impersonate
         attrs, rt = self._attributes(request, user)
         if attrs.resource_request:
             self.counts[(attrs.verb, attrs.resource_key)] += 1
+        if attrs.group == "authorization.k8s.io" and attrs.resource in (
+            "selfsubjectaccessreviews",
+            "subjectaccessreviews",
+        ):
+            if request.content_type == "application/vnd.kubernetes.protobuf":
+                body = decode_access_review(await request.read())
+            else:
+                body = await _body(request)
+            return self._access_review(attrs, body)
         if self.authorizer is not None and attrs.resource_request and not self.authorizer(attrs):
             res = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
             grp = f' in API group "{attrs.group}"'
@@ -505,6 +525,29 @@ class Emulator:
                 await asyncio.sleep(delay)
             return resp
         return self._non_resource(request)
+
+    def _access_review(self, attrs: RequestAttributes, body: Any) -> web.Response:
+        """``kubectl auth can-i``: answer a (Self)SubjectAccessReview with the configured authorizer."""
+        if attrs.verb != "create" or not isinstance(body, dict):
+            raise ApiError(405, "MethodNotAllowed", "only create is supported for access reviews")
+        spec = body.get("spec") or {}
+        ra = spec.get("resourceAttributes")
+        if ra is None:
+            allowed, reason = True, "non-resource URLs are not authorized by the emulator"
+        else:
+            user = spec.get("user") or attrs.user if attrs.resource == "subjectaccessreviews" else attrs.user
+            probe = RequestAttributes(
+                user, ra.get("verb", ""), ra.get("group", ""), ra.get("version", ""), ra.get("resource", ""),
+                ra.get("subresource", ""), ra.get("namespace", ""), ra.get("name", ""), "", True,
+            )  # fmt: skip
+            authorizer = self.authorizer
+            allowed = authorizer is None or bool(authorizer(probe))
+            reason = "" if allowed else "no RBAC rule allows it"
+            if not allowed and isinstance(getattr(authorizer, "denied", None), list):
+                authorizer.denied.remove(probe)  # type: ignore[union-attr]  # a question, not a denied request
+        body["status"] = {"allowed": allowed, **({"reason": reason} if reason else {})}
+        body.setdefault("apiVersion", "authorization.k8s.io/v1")
+        return _json(body, 201)
 
     def _non_resource(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"

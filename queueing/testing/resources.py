@@ -134,6 +134,10 @@ BUILTINS: list[ResourceType] = [
                  "MutatingAdmissionPolicy", False, printer_columns=[_AGE]),
     ResourceType("admissionregistration.k8s.io", "v1beta1", "mutatingadmissionpolicybindings",
                  "mutatingadmissionpolicybinding", "MutatingAdmissionPolicyBinding", False, printer_columns=[_AGE]),
+    ResourceType("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "selfsubjectaccessreview",
+                 "SelfSubjectAccessReview", False),
+    ResourceType("authorization.k8s.io", "v1", "subjectaccessreviews", "subjectaccessreview",
+                 "SubjectAccessReview", False),
     ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, (), (),
                  printer_columns=[_col("Type", ".type"), _col("Reason", ".reason"), _col("Note", ".note")]),
     ResourceType(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -108,3 +109,25 @@ async def test_rbac_from_objects_status_subresource_and_superuser(kube: KubeClie
         in rbac.used
     )
     assert not any(d.user == "admin" for d in rbac.denied)  # the admin kubeconfig bypasses RBAC
+
+
+async def test_kubectl_auth_can_i_and_impersonation(kube: KubeClient, emu: Emulator, tmp_path: Any) -> None:
+    from tests.kube.test_kubectl import Kubectl
+
+    emu.authorizer = rbac = RbacAuthorizer.from_objects([CLUSTER_ROLE, BINDING])
+    kubectl = Kubectl(emu, tmp_path)
+    assert (await kubectl("auth", "can-i", "list", "pods", "--as", SA)).strip() == "yes"
+    assert (await kubectl("auth", "can-i", "delete", "pods", "--as", SA, ok=False)).strip().startswith("no")
+    assert (
+        await kubectl(
+            "auth", "can-i", "patch", "workloads.queueing.dra.io", "--subresource=status", "--as", SA
+        )
+    ).strip() == "yes"
+    assert rbac.denied == []  # questions are not denied requests
+    denied = await kubectl(
+        "get", "jobs", "--as", SA, ok=False
+    )  # list is granted, but only cluster-wide ... and in default
+    assert "No resources found" in denied
+    refused = await kubectl("get", "configmaps", "--as", SA, ok=False)
+    assert f'User "{SA}" cannot list resource "configmaps"' in refused
+    assert [(d.verb, d.resource) for d in rbac.denied] == [("list", "configmaps")]
