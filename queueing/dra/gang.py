@@ -471,11 +471,11 @@ class _Gang:
         for r, need in self._node_requests(plan, i).items():
             if not need:
                 continue
-            if r in _RESOURCES:
+            if "/" not in r:  # cpu, memory, pods, ephemeral-storage, hugepages-*: if published
                 if cap is None or r not in cap:
                     continue
                 have = cap[r]
-            else:  # extended resources, hugepages, ephemeral-storage: the node must publish them
+            else:  # extended resources: a node that does not publish one has none
                 have = (cap or {}).get(r, Fraction(0))
             free = have - used.get(r, Fraction(0))
             if need > free:
@@ -485,7 +485,7 @@ class _Gang:
                     f"{r}: needs {_fmt(need)}, {_fmt(max(free, Fraction(0)))} free"
                     + (
                         ""
-                        if have or r in _RESOURCES
+                        if have or "/" not in r
                         else " (the node does not publish it and no DeviceClass backs it)"
                     ),
                     short_by=need - free,
