@@ -133,32 +133,6 @@ def _reduced_counts(wl: WorkloadInfo, k: int, steps: int) -> dict[str, int]:
     return out
 
 
-def _shape(wl: WorkloadInfo) -> tuple[object, ...]:
-    """What decides whether a workload fits, apart from priority and identity."""
-    req = wl.placement_request
-    try:
-        hash(req)
-        rkey: object = req
-    except TypeError:
-        rkey = repr(req)
-    return (
-        wl.queue_key,
-        rkey,
-        tuple(
-            (
-                ps.name,
-                ps.count,
-                ps.min_count,
-                tuple(sorted(ps.requests.items())),
-                tuple(sorted(ps.device_requests.items())),
-                tuple(sorted(ps.node_selector.items())),
-                ps.tolerations,
-            )
-            for ps in wl.pod_sets
-        ),
-    )
-
-
 def run_cycle(
     snapshot: ClusterSnapshot, placer: Placer[Any], now: float, config: SchedulingConfig | None = None
 ) -> CycleResult:
@@ -216,6 +190,7 @@ def run_cycle(
     # ---- queues ------------------------------------------------------------------------------------
     pending: dict[str, PendingReason] = {}
     queues: dict[str, list[WorkloadInfo]] = {}
+    ns_ok: dict[tuple[str, str], bool] = {}
     for wl in snapshot.pending:
         lq = lqs.get(wl.queue_key)
         cq_name = lq.cluster_queue if lq else None
@@ -248,8 +223,13 @@ def run_cycle(
                 wl.key, cq.name, "Inadmissible", f"ClusterQueue {cq.name} is inactive: {inactive[cq.name]}"
             )
             continue
-        ns_labels = snapshot.namespaces.get(wl.namespace, {})
-        if cq.namespace_selector is None or not cq.namespace_selector.matches(ns_labels):
+        sel_key = (cq.name, wl.namespace)
+        selected = ns_ok.get(sel_key)
+        if selected is None:
+            ns_labels = snapshot.namespaces.get(wl.namespace, {})
+            selected = cq.namespace_selector is not None and cq.namespace_selector.matches(ns_labels)
+            ns_ok[sel_key] = selected
+        if not selected:
             pending[wl.key] = PendingReason(
                 wl.key,
                 cq.name,
@@ -307,14 +287,10 @@ def run_cycle(
     admissions: list[Admission] = []
     plans: list[PreemptionPlan] = []
     taken: set[str] = set()  # victims planned this cycle
-    failed: dict[tuple[str, tuple[object, ...]], tuple[int, str]] = {}
-    shapes: dict[str, tuple[object, ...]] = {}
+    failed: dict[tuple[str, str], tuple[int, str]] = {}
 
-    def shape_of(w: WorkloadInfo) -> tuple[object, ...]:
-        got = shapes.get(w.key)
-        if got is None:
-            got = shapes[w.key] = _shape(w)
-        return got
+    def shape_of(w: WorkloadInfo) -> str:
+        return w.fit_signature
 
     pos = dict.fromkeys(queues, 0)
     keys: dict[str, tuple[Any, ...]] = {}

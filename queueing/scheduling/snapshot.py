@@ -273,6 +273,35 @@ class WorkloadInfo:
     def queue_key(self) -> str:
         return f"{self.namespace}/{self.queue_name}"
 
+    @cached_property
+    def fit_signature(self) -> str:
+        """What decides whether the workload fits, apart from priority and identity (computed
+        once per object; a string so that hashing and comparing it is cheap)."""
+        req = self.placement_request
+        try:
+            hash(req)
+            rkey: object = req
+        except TypeError:
+            rkey = repr(req)
+        return repr(
+            (
+                self.queue_key,
+                rkey,
+                tuple(
+                    (
+                        ps.name,
+                        ps.count,
+                        ps.min_count,
+                        tuple(sorted(ps.requests.items())),
+                        tuple(sorted(ps.device_requests.items())),
+                        tuple(sorted(ps.node_selector.items())),
+                        ps.tolerations,
+                    )
+                    for ps in self.pod_sets
+                ),
+            )
+        )
+
     @property
     def order_time(self) -> float:
         return self.requeue_time if self.requeue_time is not None else self.creation_time

@@ -163,11 +163,14 @@ class Driver:
         snap = replace(self.base, pending=tuple(self.pending), admitted=tuple(self.admitted.values()))
         res = run_cycle(snap, self.placer, self.now, self.config)
         self.results.append(res)
+        gone: set[str] = set()
         for adm in res.admissions:
             self.admitted[adm.key] = adm.admitted(self.now)
             self.ends[adm.key] = self.now + self.duration[adm.key]
-            self.pending = [w for w in self.pending if w.key != adm.key]
+            gone.add(adm.key)
             self.events.append((self.now, "Admitted", adm.key, adm.cluster_queue))
+        if gone:
+            self.pending = [w for w in self.pending if w.key not in gone]
         for plan in res.preemptions:
             for v in plan.victims:
                 a = self.admitted.pop(v.key)
