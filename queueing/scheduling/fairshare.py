@@ -100,4 +100,7 @@ def share_key(
     the root's children down to the ClusterQueue, each with the request added. Comparing keys
     lexicographically picks, at every cohort level, the child with the lowest share (Kueue's
     hierarchical fair-sharing tournament)."""
-    return tuple(dominant_resource_share(tree, nid, extra).key() for nid in tree.path(cq)[1:])
+    path = tree.path(cq)
+    if len(path) == 1:  # no cohort: nothing to share, like a member that does not borrow
+        return ((0, _ZERO),)
+    return tuple(dominant_resource_share(tree, nid, extra).key() for nid in path[1:])

@@ -584,3 +584,37 @@ def test_preemptor_reservation_is_not_taken_by_later_workloads_in_the_cycle() ->
     # quota: 8 (low, still running) + 4 (mid) + 8 reserved for urgent = 20 > 16: filler must wait
     assert res.admissions == ()
     assert "filler" in res.pending["default/filler"].key
+
+
+def test_workloads_being_evicted_count_as_gone_no_new_victims() -> None:
+    from dataclasses import replace
+
+    placer = CountingPlacer(nodes(1))
+    cq = gpu_cq("cq", 8, preemption=LOWER)
+    leaving = replace(running(job("leaving", 8, priority=1), "cq", [("n1", 8)]), evicting=True)
+    other_low = running(job("other", 0, priority=0), "cq", [])
+    pre = job("urgent", 8, priority=10)
+    res = run_cycle(snapshot([cq], [lq("lq-a", "cq")], [pre], [leaving, other_low]), placer, 0.0)
+    (plan,) = res.preemptions
+    assert plan.victims == ()
+    assert plan.waiting_for == (leaving.key,)
+    assert res.pending[pre.key].message == "waiting for the eviction of 1 workload(s) to finish"
+    assert res.admissions == ()
+
+
+def test_queue_without_cohort_is_ordered_with_cohort_queues_by_priority() -> None:
+    placer = CountingPlacer(nodes(1))
+    pool = (ResourceGroup(("gpu",), (FlavorQuotas("default", {"gpu": _q(8)}),)),)
+    solo = gpu_cq("solo", 8)
+    member = gpu_cq("member", 8, cohort="co")  # within nominal: share 0, like the solo queue
+    wls = [job("s", 8, queue="lq-s", priority=1, t=0), job("m", 8, queue="lq-m", priority=9, t=5)]
+    snap = snapshot(
+        [solo, member],
+        [lq("lq-s", "solo"), lq("lq-m", "member")],
+        wls,
+        cohorts=[CohortSpec("co", resource_groups=pool)],
+    )
+    # both fit by quota, the devices (one node) go to the higher priority
+    res = run_cycle(snap, placer, 10.0)
+    assert [x.key for x in res.admissions] == ["default/m"]
+    assert "0 fit" in res.pending["default/s"].message
