@@ -24,7 +24,8 @@ What a cycle does:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -84,9 +85,9 @@ class Eviction:
 
 @dataclass(frozen=True)
 class PendingReason:
-    """Kueue-style QuotaReserved=False condition: reason and a message that says what blocks."""
+    """Kueue-style QuotaReserved=False condition: reason and a message that says what blocks.
+    (Shared by every workload it applies to; ``CycleResult.pending`` maps keys to it.)"""
 
-    key: str
     cluster_queue: str | None
     reason: str  # Pending | Inadmissible | Preempting | Backoff | Deactivated
     message: str
@@ -120,6 +121,53 @@ def _inactive(snapshot: ClusterSnapshot, tree: QuotaTree) -> dict[str, str]:
             if missing:
                 out[cq.name] = "FlavorNotFound: flavor(s) " + ", ".join(missing) + " not found"
     return out
+
+
+class _Queue:
+    """A ClusterQueue's pending workloads: one sorted run per fit signature, merged by a heap."""
+
+    def __init__(self, items: list[WorkloadInfo], key: Callable[[WorkloadInfo], tuple[Any, ...]]):
+        self.key = key
+        self.runs: dict[str, list[WorkloadInfo]] = {}
+        for w in items:
+            self.runs.setdefault(w.fit_signature, []).append(w)
+        for run in self.runs.values():
+            run.sort(key=lambda w: (-w.priority, w.order_time, w.key))
+        self.pos = dict.fromkeys(self.runs, 0)
+        self.rekey()
+
+    def rekey(self) -> None:
+        self.heap = [
+            (self.key(run[self.pos[s]]), s) for s, run in self.runs.items() if self.pos[s] < len(run)
+        ]
+        heapq.heapify(self.heap)
+
+    def head(self) -> WorkloadInfo | None:
+        if not self.heap:
+            return None
+        s = self.heap[0][1]
+        return self.runs[s][self.pos[s]]
+
+    def pop_head(self) -> None:
+        _, s = heapq.heappop(self.heap)
+        self.pos[s] += 1
+        run = self.runs[s]
+        if self.pos[s] < len(run):
+            heapq.heappush(self.heap, (self.key(run[self.pos[s]]), s))
+
+    def drop_head_kind(self) -> list[WorkloadInfo]:
+        """Remove the head and the rest of its run (same signature, no higher priority)."""
+        _, s = heapq.heappop(self.heap)
+        rest = self.runs[s][self.pos[s] + 1 :]
+        self.pos[s] = len(self.runs[s])
+        return rest
+
+    def drain(self) -> list[WorkloadInfo]:
+        out = [w for s, run in self.runs.items() for w in run[self.pos[s] :]]
+        for s, run in self.runs.items():
+            self.pos[s] = len(run)
+        self.heap = []
+        return out
 
 
 def _reduced_counts(wl: WorkloadInfo, k: int, steps: int) -> dict[str, int]:
@@ -195,32 +243,28 @@ def run_cycle(
         lq = lqs.get(wl.queue_key)
         cq_name = lq.cluster_queue if lq else None
         if not wl.active:
-            pending[wl.key] = PendingReason(wl.key, cq_name, "Deactivated", "the workload is deactivated")
+            pending[wl.key] = PendingReason(cq_name, "Deactivated", "the workload is deactivated")
             continue
         if wl.backoff_until is not None and wl.backoff_until > now:
             pending[wl.key] = PendingReason(
-                wl.key, cq_name, "Backoff", f"requeue backoff until t={wl.backoff_until:g}s"
+                cq_name, "Backoff", f"requeue backoff until t={wl.backoff_until:g}s"
             )
             continue
         if lq is None:
-            pending[wl.key] = PendingReason(
-                wl.key, None, "Inadmissible", f"LocalQueue {wl.queue_key} doesn't exist"
-            )
+            pending[wl.key] = PendingReason(None, "Inadmissible", f"LocalQueue {wl.queue_key} doesn't exist")
             continue
         if lq.stop_policy != "None":
-            pending[wl.key] = PendingReason(
-                wl.key, cq_name, "Inadmissible", f"LocalQueue {lq.key} is stopped"
-            )
+            pending[wl.key] = PendingReason(cq_name, "Inadmissible", f"LocalQueue {lq.key} is stopped")
             continue
         cq = cqs.get(lq.cluster_queue)
         if cq is None:
             pending[wl.key] = PendingReason(
-                wl.key, cq_name, "Inadmissible", f"ClusterQueue {lq.cluster_queue} doesn't exist"
+                cq_name, "Inadmissible", f"ClusterQueue {lq.cluster_queue} doesn't exist"
             )
             continue
         if cq.name in inactive:
             pending[wl.key] = PendingReason(
-                wl.key, cq.name, "Inadmissible", f"ClusterQueue {cq.name} is inactive: {inactive[cq.name]}"
+                cq.name, "Inadmissible", f"ClusterQueue {cq.name} is inactive: {inactive[cq.name]}"
             )
             continue
         sel_key = (cq.name, wl.namespace)
@@ -231,7 +275,6 @@ def run_cycle(
             ns_ok[sel_key] = selected
         if not selected:
             pending[wl.key] = PendingReason(
-                wl.key,
                 cq.name,
                 "Inadmissible",
                 f"namespace {wl.namespace} doesn't match the selector of ClusterQueue {cq.name}",
@@ -254,9 +297,6 @@ def run_cycle(
     def within_key(cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[float, int, float, str]:
         s = lq_share(wl) if (afs is not None and cq.admission_fair_sharing) else 0.0
         return (s, -wl.priority, wl.order_time, wl.key)
-
-    for name, lst in queues.items():
-        lst.sort(key=lambda w, c=cqs[name]: within_key(c, w))  # type: ignore[misc]
 
     # expected usage for ordering across queues (first flavor combination, expected device charges)
     est_cache: dict[str, dict[FlavorResource, Fraction]] = {}
@@ -287,47 +327,36 @@ def run_cycle(
     admissions: list[Admission] = []
     plans: list[PreemptionPlan] = []
     taken: set[str] = set()  # victims planned this cycle
-    failed: dict[tuple[str, str], tuple[int, str]] = {}
-
-    def shape_of(w: WorkloadInfo) -> str:
-        return w.fit_signature
-
-    pos = dict.fromkeys(queues, 0)
+    qs = {
+        name: _Queue(lst, (lambda w, c=cqs[name]: within_key(c, w)))  # type: ignore[misc]
+        for name, lst in queues.items()
+    }
     keys: dict[str, tuple[Any, ...]] = {}
     dirty_roots: set[str] | None = None  # None: everything
 
     def current(name: str) -> WorkloadInfo | None:
-        lst = queues[name]
-        i = pos[name]
-        return lst[i] if i < len(lst) else None
+        return qs[name].head()
 
-    def advance(name: str) -> None:
-        pos[name] += 1
-        if afs is not None and cqs[name].admission_fair_sharing:
-            # re-sort the rest: entry penalties changed the LocalQueue shares
-            lst = queues[name]
-            rest = sorted(lst[pos[name] :], key=lambda w: within_key(cqs[name], w))
-            queues[name] = lst[: pos[name]] + rest
+    def advance(name: str, failed: PendingReason | None = None) -> None:
+        """Move past the head; ``failed``: the head did not fit and, as capacity only shrinks
+        during a cycle, neither do the rest of its kind (same fit signature, no higher priority)."""
+        q = qs[name]
         keys.pop(name, None)
-        if cqs[name].queueing_strategy == "StrictFIFO":
-            return
-        # skip what is known not to fit without computing its ordering key
-        lst = queues[name]
-        while pos[name] < len(lst):
-            w = lst[pos[name]]
-            seen = failed.get((name, shape_of(w)))
-            if seen is None or seen[0] < w.priority:
-                break
-            pending[w.key] = PendingReason(w.key, name, "Pending", seen[1])
-            pos[name] += 1
+        if failed is not None:
+            for w in q.drop_head_kind():
+                pending[w.key] = failed
+        else:
+            q.pop_head()
+        if afs is not None and cqs[name].admission_fair_sharing:
+            q.rekey()  # entry penalties changed the LocalQueue shares
 
     def block(name: str, head: WorkloadInfo) -> None:
-        lst = queues[name]
-        for wl in lst[pos[name] + 1 :]:
-            pending[wl.key] = PendingReason(
-                wl.key, name, "Pending", f"StrictFIFO: waiting behind {head.key} in ClusterQueue {name}"
-            )
-        pos[name] = len(lst)
+        reason = PendingReason(
+            name, "Pending", f"StrictFIFO: waiting behind {head.key} in ClusterQueue {name}"
+        )
+        for w in qs[name].drain():
+            if w.key != head.key:
+                pending[w.key] = reason
         keys.pop(name, None)
 
     def charge_afs(wl: WorkloadInfo, cq: str, usage: Mapping[FlavorResource, Fraction]) -> None:
@@ -356,17 +385,6 @@ def run_cycle(
         picked = current(name)
         assert picked is not None
         wl = picked
-        # capacity only shrinks during a cycle: a workload shaped like one that already failed
-        # here, with no higher priority, fails the same way
-        shape = shape_of(wl)
-        seen = failed.get((name, shape))
-        if seen is not None and seen[0] >= wl.priority:
-            pending[wl.key] = PendingReason(wl.key, name, "Pending", seen[1])
-            if cq.queueing_strategy == "StrictFIFO":
-                block(name, wl)
-            else:
-                advance(name)
-            continue
         full = {ps.name: ps.count for ps in wl.pod_sets}
         out = assigner.try_assign(cq, wl, full, tree, state)
         if out.assignment is not None:
@@ -389,7 +407,7 @@ def run_cycle(
                 taken.update(v.key for v in plan.victims)
                 tree.add_usage(name, plan.assignment.usage)
                 state = placer.add(state, wl.key, plan.assignment.placement)
-                pending[wl.key] = PendingReason(wl.key, name, "Preempting", plan.message)
+                pending[wl.key] = PendingReason(name, "Preempting", plan.message)
                 dirty_roots.add(tree.root_of(name))
                 if cq.queueing_strategy == "StrictFIFO":
                     block(name, wl)
@@ -427,12 +445,12 @@ def run_cycle(
                 dirty_roots.add(tree.root_of(name))
                 advance(name)
                 continue
-        pending[wl.key] = PendingReason(wl.key, name, "Pending", out.message)
-        failed[(name, shape)] = (wl.priority, out.message)
+        reason = PendingReason(name, "Pending", out.message)
+        pending[wl.key] = reason
         if cq.queueing_strategy == "StrictFIFO":
             block(name, wl)
         else:
-            advance(name)
+            advance(name, failed=reason)
 
     return CycleResult(
         admissions=tuple(admissions),

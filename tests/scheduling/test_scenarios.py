@@ -583,7 +583,9 @@ def test_preemptor_reservation_is_not_taken_by_later_workloads_in_the_cycle() ->
     assert [v.key for v in plan.victims] == ["default/low"]
     # quota: 8 (low, still running) + 4 (mid) + 8 reserved for urgent = 20 > 16: filler must wait
     assert res.admissions == ()
-    assert "filler" in res.pending["default/filler"].key
+    filler_reason = res.pending["default/filler"]
+    assert filler_reason.reason == "Pending"
+    assert filler_reason.message == "insufficient unused quota for gpu in flavor default, 4 more needed"
 
 
 def test_workloads_being_evicted_count_as_gone_no_new_victims() -> None:
