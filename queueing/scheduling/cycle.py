@@ -327,6 +327,7 @@ def run_cycle(
     admissions: list[Admission] = []
     plans: list[PreemptionPlan] = []
     taken: set[str] = set()  # victims planned this cycle
+    pool_by_root: dict[str, list[AdmittedWorkload]] = {}
     qs = {
         name: _Queue(lst, (lambda w, c=cqs[name]: within_key(c, w)))  # type: ignore[misc]
         for name, lst in queues.items()
@@ -398,7 +399,14 @@ def run_cycle(
             advance(name)
             continue
         if not out.hard and out.preemptible:
-            pool = [c for c in candidates_pool if c.key not in taken]
+            root = tree.root_of(name)
+            if root not in pool_by_root:
+                pool_by_root[root] = [
+                    c
+                    for c in candidates_pool
+                    if tree.has_cq(c.cluster_queue) and tree.root_of(c.cluster_queue) == root
+                ]
+            pool = [c for c in pool_by_root[root] if c.key not in taken]
             plan = plan_preemption(
                 wl, cq, full, out.preemptible, tree, state, pool, assigner, placer, config, cqs
             )

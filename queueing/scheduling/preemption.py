@@ -351,13 +351,10 @@ def _fair_search(
 ) -> list[AdmittedWorkload] | None:
     """Kueue's fair-sharing preemption: take from the ClusterQueue with the highest share first,
     as long as the strategy allows; own ClusterQueue candidates by the withinClusterQueue policy."""
-    first = ctx.fits([*base, *own, *others], allow_borrow=True)
-    if first is None:
-        return None
-    req0 = dict(first.usage)
     # prune: a target queue whose share is below the preemptor's lowest possible share (all own
-    # candidates gone) can never satisfy either strategy; shares of others do not change by
-    # evicting from a third queue
+    # candidates gone, the expected charges of the preemptor added) can never satisfy either
+    # strategy; the shares of other queues do not change by evicting from a third one
+    req0 = ctx.expected[0] if ctx.expected else {}
     probe_tree = ctx.tree
     rm: dict[str, dict[FlavorResource, Fraction]] = {}
     for a in [*base, *own]:
@@ -379,7 +376,9 @@ def _fair_search(
         for name, u in rm.items():
             probe_tree.add_usage(name, u)
     others = [a for a in others if a.cluster_queue in keep]
-    if not others and (not own or ctx.fits([*base, *own], allow_borrow=True) is None):
+    if not others and not own:
+        return None
+    if ctx.fits([*base, *own, *others], allow_borrow=True) is None:
         return None
     by_cq: dict[str, list[AdmittedWorkload]] = {}
     for a in [*own, *others]:
