@@ -620,3 +620,22 @@ def test_queue_without_cohort_is_ordered_with_cohort_queues_by_priority() -> Non
     res = run_cycle(snap, placer, 10.0)
     assert [x.key for x in res.admissions] == ["default/m"]
     assert "0 fit" in res.pending["default/s"].message
+
+
+def test_fungibility_when_can_preempt() -> None:
+    from dataclasses import replace
+
+    placer = CountingPlacer(nodes(2))
+    flavors = [FlavorSpec("h200"), FlavorSpec("h100")]
+    low = running(job("low", 8, priority=1), "cq", [("n1", 8)], flavor="h200")
+    wl = job("w", 8, priority=10, t=1)
+    for when, expect in (("TryNextFlavor", "admitted on h100"), ("Preempt", "preempts in h200")):
+        cq = replace(_two_flavor_cq(FlavorFungibility(when_can_preempt=when)), preemption=LOWER)  # type: ignore[arg-type]
+        res = run_cycle(snapshot([cq], [lq("lq-a", "cq")], [wl], [low], flavors=flavors), placer, 0.0)
+        if expect == "admitted on h100":
+            (adm,) = res.admissions
+            assert list(adm.assignment.usage) == [("h100", "gpu")]
+        else:
+            (plan,) = res.preemptions
+            assert [v.key for v in plan.victims] == [low.key]
+            assert list(plan.assignment.usage) == [("h200", "gpu")]
