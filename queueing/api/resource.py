@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from queueing.api.base import KubeModel, KubeObject
-from queueing.api.core import NodeSelector
+from queueing.api.core import NodeSelector, Taint, Toleration
 from queueing.api.quantity import Quantity
 
 __all__ = [
@@ -124,29 +124,12 @@ class DeviceCounterConsumption(KubeModel):
     counters: dict[str, Counter] = Field(default_factory=dict)
 
 
-class DeviceTaint(KubeModel):
-    key: str
-    value: str | None = None
-    effect: str
-    time_added: str | None = None
+class DeviceTaint(Taint):
+    """A taint on a device (same shape as a node taint; effects NoSchedule, NoExecute, None)."""
 
 
-class DeviceToleration(KubeModel):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
-    effect: str | None = None
-    toleration_seconds: int | None = None
-
-    def tolerates(self, taint: DeviceTaint) -> bool:
-        """Same rules as core/v1 tolerations: empty effect/key match all, Exists ignores the value."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        return (self.value or "") == (taint.value or "")
+class DeviceToleration(Toleration):
+    """A request's toleration of device taints: the core/v1 rules (``Toleration.tolerates``)."""
 
 
 class Device(KubeModel):
