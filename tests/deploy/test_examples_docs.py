@@ -87,11 +87,6 @@ def test_gang_is_four_pods_of_eight_gpus() -> None:
     assert req["exactly"] == {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 8}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="examples/queues (another area) does not yet cover the DeviceClasses high-memory-gpu and "
-    "mig.nvidia.com, so the vLLM and MIG example Jobs would stay pending ('resource X unavailable')",
-)
 def test_example_queues_cover_the_device_classes_the_jobs_use() -> None:
     queues = _queues()
     for path in sorted((ROOT / "examples/jobs").glob("*.yaml")):
