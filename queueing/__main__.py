@@ -1,3 +1,5 @@
-from queueing.cli import main
 import sys
+
+from queueing.cli import main
+
 sys.exit(main())

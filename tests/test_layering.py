@@ -14,9 +14,26 @@ SHELL = ("ledger", "kube", "controller", "simulate", "commands", "cli", "testing
 ALLOWED = {"api": {"api"}, "dra": {"api", "dra"}, "scheduling": {"api", "dra", "scheduling"}}
 # stdlib / third-party modules that mean I/O, clocks or global state
 FORBIDDEN_MODULES = {
-    "os", "sys", "io", "socket", "subprocess", "asyncio", "threading", "time", "datetime", "random",
-    "pathlib", "shutil", "tempfile", "sqlalchemy", "aiohttp", "kubernetes_asyncio", "requests",
-    "apscheduler", "prometheus_client", "logging",
+    "os",
+    "sys",
+    "io",
+    "socket",
+    "subprocess",
+    "asyncio",
+    "threading",
+    "time",
+    "datetime",
+    "random",
+    "pathlib",
+    "shutil",
+    "tempfile",
+    "sqlalchemy",
+    "aiohttp",
+    "kubernetes_asyncio",
+    "requests",
+    "apscheduler",
+    "prometheus_client",
+    "logging",
 }
 FORBIDDEN_CALLS = {"open", "print", "input"}
 
