@@ -1,0 +1,642 @@
+"""A :class:`~queueing.scheduling.placer.Placer` over the DRA gang allocator (``queueing.dra``).
+
+The scheduling core asks the placer whether a workload's pods fit, all or nothing, on the cluster
+as it is with everything admitted or planned so far. :class:`DraPlacer` answers with
+:func:`queueing.dra.gang.place_gang` and charges quota with :func:`queueing.dra.charges.charge_gang`:
+
+* ``WorkloadInfo.placement_request`` is a :class:`DraRequest`: per pod set the pod template and the
+  claims of each pod (from a ResourceClaimTemplate: one claim per pod; a ResourceClaim: shared).
+  ``queueing.scheduling.from_api.workload_info`` builds it from a v1beta1 Workload.
+* ``place`` builds ``counts[pod set]`` pods per pod set (``<workload>-<podset>-<index>``) whose
+  node selector also carries the labels of every flavor assigned to the pod set and whose
+  tolerations include the flavors' tolerations, places them with ``place_gang`` and returns a
+  :class:`~queueing.scheduling.placer.Placement`: one node per pod (pod sets in order),
+  ``device_charges`` from ``charge_gang`` (DeviceClass name -> device count, ``<class>/<capacity>``
+  -> summed capacity; a claim shared with another workload is charged to none and listed in
+  :attr:`DraPlan.unowned`) and as ``detail`` a :class:`DraPlan` (per pod: node, devices per claim,
+  node resources, extended-resource mappings).
+* On failure the :class:`~queueing.scheduling.placer.PlacementFailure` message is the gang
+  allocator's explanation: which pod (and claim/request) could not be placed, its best node and how
+  short it is. Input errors that abort allocation (unknown template, CEL error, ...) are failures
+  too, with the allocator's message naming the object and the field: they never abort a cycle.
+
+States are values (:class:`DraState`: workload key -> plans held). The placer keeps one mutable
+:class:`~queueing.dra.gang.ClusterState` and brings it in step with whatever state it is asked
+about (the difference to the last one: plans are compared by identity), so trying alternatives in
+the eviction planner costs only what changes. A plan added twice for one key (a preemptor's
+reservation overlapping its victims') simply holds its devices twice: "not free".
+
+A shared ResourceClaim (``resourceClaimName``) is allocated by the first plan that needs it and
+stays allocated while any held plan uses it.
+
+Plans recorded in a Workload's ``status.admission`` (after a restart) come in as
+:class:`RecordedPlan` details; ``initial_state`` resolves them against the device inventory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from queueing.api.base import ObjectMeta
+from queueing.api.core import (
+    Node,
+    Pod,
+    PodResourceClaim,
+    PodSpec,
+    PodTemplateSpec,
+)
+from queueing.api.core import Toleration as CoreToleration
+from queueing.api.quantity import Quantity
+from queueing.api.resource import (
+    AllocationResult,
+    DeviceAllocationResult,
+    DeviceClass,
+    DeviceRequestAllocationResult,
+    ResourceClaim,
+    ResourceClaimStatus,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
+from queueing.dra.allocator import ClaimAllocation, SelectorCache
+from queueing.dra.charges import charge_gang
+from queueing.dra.errors import AllocationError
+from queueing.dra.extended import ExtendedRequestMapping, is_extended_resource_claim
+from queueing.dra.features import Features
+from queueing.dra.gang import ClusterState, place_gang
+from queueing.dra.gang import _pod_requests as pod_requests  # one definition of a pod's requests
+from queueing.dra.inventory import Pick
+from queueing.scheduling.placer import Placement, PlacementFailure
+from queueing.scheduling.snapshot import AdmittedWorkload, FlavorSpec, Toleration, WorkloadInfo
+
+__all__ = [
+    "ClaimRef",
+    "DraPlacer",
+    "DraPlan",
+    "DraPodSet",
+    "DraRequest",
+    "DraState",
+    "PlannedClaim",
+    "PodPlan",
+    "RecordedClaim",
+    "RecordedDevice",
+    "RecordedPlan",
+    "RecordedPod",
+    "pod_name",
+]
+
+
+def pod_name(workload: str, pod_set: str, index: int) -> str:
+    """Name of the ``index``-th pod of a pod set in plans (``<workload>-<podset>-<index>``)."""
+    return f"{workload}-{pod_set}-{index}"
+
+
+# ------------------------------------------------------------------------------------ requests
+@dataclass(frozen=True)
+class ClaimRef:
+    """A pod's claim: ``name`` in the pod spec, from a template (per pod) or a shared claim."""
+
+    name: str
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class DraPodSet:
+    name: str
+    template: PodTemplateSpec
+    claims: tuple[ClaimRef, ...] = ()  # empty: the template's own spec.resourceClaims
+
+
+@dataclass(frozen=True, eq=False)
+class DraRequest:
+    """What :class:`DraPlacer` needs to place a workload: its namespace's pods per pod set.
+    Equal (and hashed) by content, so identical workloads share fit signatures."""
+
+    pod_sets: tuple[DraPodSet, ...]
+    signature: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.signature:
+            sig = json.dumps(
+                [
+                    [
+                        ps.name,
+                        ps.template.to_dict(),
+                        [[c.name, c.resource_claim_name, c.resource_claim_template_name] for c in ps.claims],
+                    ]
+                    for ps in self.pod_sets
+                ],
+                sort_keys=True,
+                separators=(",", ":"),
+            )
+            object.__setattr__(self, "signature", sig)
+
+    def __hash__(self) -> int:
+        return hash(self.signature)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DraRequest) and other.signature == self.signature
+
+    def __repr__(self) -> str:
+        return f"DraRequest({self.signature})"
+
+    def pod_set(self, name: str) -> DraPodSet | None:
+        return next((p for p in self.pod_sets if p.name == name), None)
+
+
+# ------------------------------------------------------------------------------------ plans
+@dataclass(frozen=True)
+class PlannedClaim:
+    """Devices planned for one claim of one pod (for the Workload's status.admission)."""
+
+    name: str  # the claim's name in the pod spec (implicit extended-resource claim: its claim name)
+    resource_claim_name: str | None  # shared claim (or the implicit claim's generated name)
+    results: tuple[DeviceRequestAllocationResult, ...]
+    extended: bool = False  # the implicit claim for extended resources (never written by us)
+
+
+@dataclass(frozen=True, eq=False)
+class PodPlan:
+    pod_set: str
+    index: int
+    pod: str  # pod name in the plan
+    node: str
+    picks: tuple[Pick, ...]  # devices of the pod's own claims (template and implicit claims)
+    shared: tuple[str, ...] = ()  # keys of shared claims the pod uses
+    # shared claims allocated with this pod: (key, allocated claim or a ClaimAllocation)
+    shared_new: tuple[tuple[str, ClaimAllocation | ResourceClaim], ...] = ()
+    node_resources: tuple[tuple[str, Fraction], ...] = ()
+    claims: tuple[PlannedClaim, ...] = ()
+    extended_mappings: tuple[ExtendedRequestMapping, ...] = ()
+
+    @property
+    def devices(self) -> tuple[tuple[str, str, str], ...]:
+        """(driver, pool, device) of every device the pod's own and newly allocated claims got."""
+        out = [p.device.key for p in self.picks if not p.admin_access]
+        for _, c in self.shared_new:
+            if isinstance(c, ClaimAllocation):
+                out.extend(p.device.key for p in c.picks if not p.admin_access)
+        return tuple(out)
+
+
+@dataclass(frozen=True, eq=False)
+class DraPlan:
+    """The placer's plan for one workload (``Placement.detail``)."""
+
+    pods: tuple[PodPlan, ...]
+    unowned: tuple[str, ...] = ()  # claims used across workloads: charged to none (to report)
+
+
+@dataclass(frozen=True)
+class RecordedDevice:
+    request: str
+    driver: str
+    pool: str
+    device: str
+    share_id: str | None = None
+    consumed_capacity: tuple[tuple[str, str], ...] = ()  # (name, quantity text)
+    admin_access: bool = False
+
+
+@dataclass(frozen=True)
+class RecordedClaim:
+    name: str
+    resource_claim_name: str | None
+    devices: tuple[RecordedDevice, ...]
+
+
+@dataclass(frozen=True)
+class RecordedPod:
+    pod_set: str
+    index: int
+    node: str
+    claims: tuple[RecordedClaim, ...]
+
+
+@dataclass(frozen=True)
+class RecordedPlan:
+    """A plan as recorded in a Workload's status.admission (values only; resolved by the placer)."""
+
+    pods: tuple[RecordedPod, ...]
+
+
+@dataclass(frozen=True)
+class DraState:
+    """Which plans hold devices and node resources: workload key -> plans (usually one)."""
+
+    holds: Mapping[str, tuple[DraPlan, ...]] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------ the placer
+def _core_toleration(t: Toleration) -> CoreToleration:
+    return CoreToleration(
+        key=t.key or None, operator=t.operator, value=t.value or None, effect=t.effect or None
+    )
+
+
+class DraPlacer:
+    """Gang placement with the exact DRA allocator. Build once per cluster view (nodes, slices,
+    classes, claims, templates, pods not managed by queueing) and reuse it across cycles while that
+    view does not change."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        slices: Sequence[ResourceSlice],
+        classes: Sequence[DeviceClass] | Mapping[str, DeviceClass],
+        claims: Sequence[ResourceClaim] = (),
+        templates: Sequence[ResourceClaimTemplate] = (),
+        pods: Sequence[Pod] = (),
+        *,
+        features: Features | None = None,
+        cache: SelectorCache | None = None,
+        max_node_checks: int | None = None,
+    ) -> None:
+        self.cluster = ClusterState(
+            nodes,
+            slices,
+            classes,
+            claims=claims,
+            templates=templates,
+            pods=pods,
+            features=features,
+            cache=cache or SelectorCache(),
+        )
+        self.max_node_checks = max_node_checks
+        self._base_claims: dict[str, ResourceClaim] = dict(self.cluster.claims)
+        self._applied: dict[str, tuple[DraPlan, ...]] = {}
+        self._synced: DraState | None = None
+        self._shared_users: dict[str, int] = {}
+        self._shared_ours: dict[str, tuple[Pick, ...]] = {}  # shared claims allocated by held plans
+        self._pods_cache: dict[tuple[object, ...], tuple[list[Pod], list[tuple[str, int]]]] = {}
+        self._resolved: dict[RecordedPlan, DraPlan] = {}
+
+    # ---- Placer protocol ---------------------------------------------------------------------
+    def initial_state(self, admitted: Sequence[AdmittedWorkload]) -> DraState:
+        holds: dict[str, tuple[DraPlan, ...]] = {}
+        resolved: dict[RecordedPlan, DraPlan] = {}
+        for a in admitted:
+            pl = a.placement
+            if not isinstance(pl, Placement):
+                continue
+            d = pl.detail
+            if isinstance(d, RecordedPlan):
+                plan = self._resolved.get(d) or resolved.get(d) or self._resolve(a.workload, d)
+                resolved[d] = plan
+                d = plan
+            if isinstance(d, DraPlan):
+                holds[a.key] = (*holds.get(a.key, ()), d)
+        self._resolved = resolved
+        return DraState(holds)
+
+    def add(self, state: DraState, key: str, placement: Placement) -> DraState:
+        d = placement.detail
+        if not isinstance(d, DraPlan):
+            return state
+        holds = dict(state.holds)
+        holds[key] = (*holds.get(key, ()), d)
+        return DraState(holds)
+
+    def remove(self, state: DraState, key: str) -> DraState:
+        if key not in state.holds:
+            return state
+        holds = dict(state.holds)
+        del holds[key]
+        return DraState(holds)
+
+    def place(
+        self,
+        workload: WorkloadInfo,
+        counts: Mapping[str, int],
+        flavors: Mapping[str, Sequence[FlavorSpec]],
+        state: DraState,
+    ) -> Placement | PlacementFailure:
+        req = workload.placement_request
+        if not isinstance(req, DraRequest):
+            return Placement(nodes=(), device_charges={}, detail=DraPlan(()))
+        try:
+            pods, index = self._pods(workload, req, counts, flavors)
+        except AllocationError as e:
+            return PlacementFailure(str(e))
+        if not pods:
+            return Placement(nodes=(), device_charges={}, detail=DraPlan(()))
+        self.sync(state)
+        try:
+            kw = {} if self.max_node_checks is None else {"max_node_checks": self.max_node_checks}
+            result = place_gang(pods, self.cluster, **kw)
+        except AllocationError as e:
+            return PlacementFailure(str(e))
+        if not result.placed:
+            expl = result.explanation
+            return PlacementFailure(expl.message if expl is not None else "the gang does not fit")
+        txn = result.transaction
+        assert txn is not None
+        try:
+            key = workload.key
+            charges = charge_gang(result, self.cluster, pods, workload_of=lambda _p: key)
+            by_pod = dict(zip((p.key for p in pods), index, strict=True))
+            pos = {pi: j for j, pi in enumerate(index)}
+            plans: list[PodPlan] = []
+            for pp in result.placements:
+                ps_name, i = by_pod[pp.pod]
+                shared = set(pp.shared)
+                own: list[Pick] = []
+                shared_new: list[tuple[str, ClaimAllocation | ResourceClaim]] = []
+                planned: list[PlannedClaim] = []
+                pod = pods[pos[(ps_name, i)]]
+                for ca in pp.claims:
+                    results = tuple((ca.allocation.devices.results or []) if ca.allocation.devices else [])
+                    if ca.claim.key in shared:
+                        shared_new.append((ca.claim.key, ca))
+                    else:
+                        own.extend(ca.picks)
+                        ext = is_extended_resource_claim(ca.claim)
+                        prefix = f"{pod.name}-"
+                        name = (
+                            ca.claim.name
+                            if ext
+                            else (
+                                ca.claim.name[len(prefix) :]
+                                if ca.claim.name.startswith(prefix)
+                                else ca.claim.name
+                            )
+                        )
+                        planned.append(PlannedClaim(name, None, results, ext))
+                for prc in pod.spec.resource_claims or []:
+                    if prc.resource_claim_name:
+                        skey = f"{pod.namespace}/{prc.resource_claim_name}"
+                        alloc = self._shared_results(skey, txn.shared.get(skey))
+                        planned.append(PlannedClaim(prc.name, prc.resource_claim_name, alloc))
+                plans.append(
+                    PodPlan(
+                        ps_name,
+                        i,
+                        pod.name,
+                        pp.node,
+                        tuple(own),
+                        tuple(pp.shared),
+                        tuple(shared_new),
+                        pp.node_resources,
+                        tuple(planned),
+                        pp.extended_mappings,
+                    )
+                )
+            plan = DraPlan(tuple(plans), tuple(c.claim for c in charges.unowned))
+            dev = {k: Fraction(v) for k, v in charges.for_workload(key).items() if v}
+        finally:
+            txn.discard()
+        return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
+
+    # ---- queries ---------------------------------------------------------------------------
+    def free_devices(self, state: DraState) -> int:
+        """Devices not taken (exclusive use) in ``state`` (for utilisation figures)."""
+        self.sync(state)
+        taken = self.cluster.usage.devices
+        return sum(1 for d in self.cluster.inventory.devices.values() if not taken.get(d.key))
+
+    def used_devices(self, state: DraState) -> set[tuple[str, str, str]]:
+        self.sync(state)
+        return {k for k, n in self.cluster.usage.devices.items() if n > 0}
+
+    # ---- the mutable ClusterState in step with a DraState ------------------------------------
+    def sync(self, state: DraState) -> None:
+        if state is self._synced:
+            return
+        want = state.holds
+        for k, plans in list(self._applied.items()):
+            if want.get(k) is not plans:
+                for p in plans:
+                    self._unapply(p)
+                del self._applied[k]
+        for k, plans in want.items():
+            if k not in self._applied:
+                for p in plans:
+                    self._apply(p)
+                self._applied[k] = plans
+        self._synced = state
+
+    def _apply(self, plan: DraPlan) -> None:
+        cs = self.cluster
+        for pp in plan.pods:
+            i = cs.node_index.get(pp.node)
+            if i is not None:
+                used = cs.used[i]
+                for r, v in pp.node_resources:
+                    used[r] = used.get(r, Fraction(0)) + v
+            for p in pp.picks:
+                cs.usage.take(p)
+            for skey, c in pp.shared_new:
+                if skey in self._shared_ours or self._base_allocated(skey):
+                    continue
+                claim = c.allocated_claim() if isinstance(c, ClaimAllocation) else c
+                picks = tuple(c.picks) if isinstance(c, ClaimAllocation) else tuple(cs.inventory.picks_of(c))
+                for p in picks:
+                    cs.usage.take(p)
+                cs.claims[skey] = claim
+                self._shared_ours[skey] = picks
+            for skey in set(pp.shared):
+                self._shared_users[skey] = self._shared_users.get(skey, 0) + 1
+
+    def _unapply(self, plan: DraPlan) -> None:
+        cs = self.cluster
+        for pp in plan.pods:
+            i = cs.node_index.get(pp.node)
+            if i is not None:
+                used = cs.used[i]
+                for r, v in pp.node_resources:
+                    used[r] = used.get(r, Fraction(0)) - v
+            for p in pp.picks:
+                cs.usage.give_back(p)
+            for skey in set(pp.shared):
+                n = self._shared_users.get(skey, 0) - 1
+                if n > 0:
+                    self._shared_users[skey] = n
+                    continue
+                self._shared_users.pop(skey, None)
+                picks = self._shared_ours.pop(skey, None)
+                if picks is not None:
+                    for p in picks:
+                        cs.usage.give_back(p)
+                    base = self._base_claims.get(skey)
+                    if base is not None:
+                        cs.claims[skey] = base
+                    else:
+                        cs.claims.pop(skey, None)
+
+    def _base_allocated(self, key: str) -> bool:
+        c = self._base_claims.get(key)
+        return c is not None and c.status.allocation is not None
+
+    def _shared_results(
+        self, key: str, new: ClaimAllocation | None
+    ) -> tuple[DeviceRequestAllocationResult, ...]:
+        alloc: AllocationResult | None
+        if new is not None:
+            alloc = new.allocation
+        else:
+            c = self.cluster.claims.get(key)
+            alloc = c.status.allocation if c is not None else None
+        if alloc is None or alloc.devices is None:
+            return ()
+        return tuple(alloc.devices.results or [])
+
+    # ---- pods of a workload --------------------------------------------------------------------
+    def _pods(
+        self,
+        workload: WorkloadInfo,
+        req: DraRequest,
+        counts: Mapping[str, int],
+        flavors: Mapping[str, Sequence[FlavorSpec]],
+    ) -> tuple[list[Pod], list[tuple[str, int]]]:
+        ck = (
+            workload.key,
+            req.signature,
+            tuple(sorted(counts.items())),
+            tuple((k, tuple(f.name for f in v)) for k, v in sorted(flavors.items())),
+        )
+        hit = self._pods_cache.get(ck)
+        if hit is not None:
+            return hit
+        pods: list[Pod] = []
+        index: list[tuple[str, int]] = []
+        for ps in workload.pod_sets:
+            dps = req.pod_set(ps.name)
+            if dps is None:
+                continue
+            n = counts.get(ps.name, ps.count)
+            spec = _pod_spec(dps, flavors.get(ps.name, ()))
+            labels = dict((dps.template.metadata or {}).get("labels") or {})
+            for i in range(n):
+                pods.append(
+                    Pod(
+                        api_version="v1",
+                        kind="Pod",
+                        metadata=ObjectMeta(
+                            name=pod_name(workload.name, ps.name, i),
+                            namespace=workload.namespace,
+                            labels=labels or None,
+                        ),
+                        spec=spec,
+                    )
+                )
+                index.append((ps.name, i))
+        if len(self._pods_cache) > 4096:
+            self._pods_cache.clear()
+        self._pods_cache[ck] = (pods, index)
+        return pods, index
+
+    def _resolve(self, workload: WorkloadInfo, rec: RecordedPlan) -> DraPlan:
+        """Picks for a recorded plan (devices no longer published still count as taken)."""
+        req = workload.placement_request
+        cs = self.cluster
+        out: list[PodPlan] = []
+        allocated_here: set[str] = set()
+        for rp in rec.pods:
+            dps = req.pod_set(rp.pod_set) if isinstance(req, DraRequest) else None
+            own: list[Pick] = []
+            shared: list[str] = []
+            shared_new: list[tuple[str, ClaimAllocation | ResourceClaim]] = []
+            planned: list[PlannedClaim] = []
+            for rc in rp.claims:
+                claim = _allocated_claim(workload.namespace, rc)
+                results = tuple(
+                    (claim.status.allocation.devices.results or [])
+                    if claim.status.allocation and claim.status.allocation.devices
+                    else []
+                )
+                is_shared = rc.resource_claim_name is not None
+                if is_shared:
+                    skey = f"{workload.namespace}/{rc.resource_claim_name}"
+                    shared.append(skey)
+                    if skey not in allocated_here and not self._base_allocated(skey):
+                        shared_new.append((skey, claim))
+                        allocated_here.add(skey)
+                else:
+                    own.extend(cs.inventory.picks_of(claim))
+                planned.append(
+                    PlannedClaim(
+                        rc.name,
+                        rc.resource_claim_name,
+                        results,
+                        rc.resource_claim_name is None and rc.name.endswith("-extended-resources"),
+                    )
+                )
+            node_res: tuple[tuple[str, Fraction], ...] = ()
+            if dps is not None:
+                pod = Pod(
+                    metadata=ObjectMeta(name="recorded", namespace=workload.namespace), spec=dps.template.spec
+                )
+                i = cs.node_index.get(rp.node)
+                cap = (cs.allocatable[i] if i is not None else None) or {}
+                ext = set(cs.extended_classes)
+                node_res = tuple(
+                    sorted(
+                        (r, v)
+                        for r, v in pod_requests(pod).items()
+                        if v and not (r in ext and not cap.get(r))
+                    )
+                )
+            out.append(
+                PodPlan(
+                    rp.pod_set,
+                    rp.index,
+                    pod_name(workload.name, rp.pod_set, rp.index),
+                    rp.node,
+                    tuple(own),
+                    tuple(shared),
+                    tuple(shared_new),
+                    node_res,
+                    tuple(planned),
+                )
+            )
+        return DraPlan(tuple(out))
+
+
+def _pod_spec(dps: DraPodSet, flavors: Sequence[FlavorSpec]) -> PodSpec:
+    spec = dps.template.spec
+    update: dict[str, object] = {"node_name": None, "scheduling_gates": None}
+    if dps.claims:
+        update["resource_claims"] = [
+            PodResourceClaim(
+                name=c.name,
+                resource_claim_name=c.resource_claim_name,
+                resource_claim_template_name=c.resource_claim_template_name,
+            )
+            for c in dps.claims
+        ]
+    labels: dict[str, str] = {}
+    tols: list[CoreToleration] = []
+    for f in flavors:
+        labels.update(f.node_labels)
+        tols.extend(_core_toleration(t) for t in f.tolerations)
+    if labels:
+        update["node_selector"] = {**(spec.node_selector or {}), **labels}
+    if tols:
+        update["tolerations"] = [*(spec.tolerations or []), *tols]
+    return spec.model_copy(update=update)
+
+
+def _allocated_claim(namespace: str, rc: RecordedClaim) -> ResourceClaim:
+    results = [
+        DeviceRequestAllocationResult(
+            request=d.request,
+            driver=d.driver,
+            pool=d.pool,
+            device=d.device,
+            admin_access=d.admin_access or None,
+            share_id=d.share_id,
+            consumed_capacity={k: Quantity.parse(v) for k, v in d.consumed_capacity} or None,
+        )
+        for d in rc.devices
+    ]
+    return ResourceClaim(
+        api_version="resource.k8s.io/v1",
+        kind="ResourceClaim",
+        metadata=ObjectMeta(name=rc.resource_claim_name or rc.name, namespace=namespace),
+        status=ResourceClaimStatus(
+            allocation=AllocationResult(devices=DeviceAllocationResult(results=results))
+        ),
+    )

@@ -1,0 +1,243 @@
+"""Workloads for batch/v1 Jobs and for pod groups (pure).
+
+**Job** → one Workload named ``job-<job name>`` in the Job's namespace:
+
+* queue: label ``queueing.dra.io/queue-name`` (the LocalQueue; a Job without it is not ours:
+  :func:`workload_for_job` returns ``None``);
+* owner: the Job (controller ownerReference with the Job's UID);
+* one podSet ``main`` from ``spec.template``, ``count = spec.parallelism`` (default 1; Kubernetes
+  caps running pods at ``completions`` when that is smaller), claims from the template's
+  ``spec.resourceClaims``;
+* ``minCount`` (partial admission) from the annotation ``queueing.dra.io/min-parallelism``: an
+  integer from 1 to ``count``; when admitted with fewer pods the controller lowers the Job's
+  parallelism to the admitted count;
+* priority from the label ``queueing.dra.io/priority-class``: a WorkloadPriorityClass of that name,
+  else a PriorityClass; else the template's ``priorityClassName`` (a PriorityClass); else 0.
+
+**Pod group** → pods labelled ``queueing.dra.io/pod-group: <group>`` with the annotation
+``queueing.dra.io/pod-group-total-count: <n>`` form one Workload ``pod-group-<group>``, admitted when
+all ``n`` pods exist; pods with the same template shape form one podSet (named ``main`` when there is
+one shape, else ``main``, ``ps-1``, ...), with count = number of such pods.
+
+Errors raise :class:`WorkloadError` naming the object and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from queueing.api.base import ObjectMeta, OwnerReference
+from queueing.api.core import Job, Pod, PodTemplateSpec
+from queueing.api.v1beta1 import API_VERSION, PodSet, PriorityClassRef, Workload, WorkloadSpec
+
+__all__ = [
+    "MIN_PARALLELISM_ANNOTATION",
+    "POD_GROUP_LABEL",
+    "POD_GROUP_TOTAL_COUNT_ANNOTATION",
+    "PRIORITY_CLASS_LABEL",
+    "QUEUE_NAME_LABEL",
+    "WorkloadError",
+    "job_priority",
+    "workload_for_job",
+    "workload_for_pod_group",
+    "workload_name_for_job",
+]
+
+QUEUE_NAME_LABEL = "queueing.dra.io/queue-name"
+PRIORITY_CLASS_LABEL = "queueing.dra.io/priority-class"
+MIN_PARALLELISM_ANNOTATION = "queueing.dra.io/min-parallelism"
+POD_GROUP_LABEL = "queueing.dra.io/pod-group"
+POD_GROUP_TOTAL_COUNT_ANNOTATION = "queueing.dra.io/pod-group-total-count"
+
+
+class WorkloadError(ValueError):
+    """The Job or pod group cannot become a Workload; the message names object and field."""
+
+
+def workload_name_for_job(job: Job) -> str:
+    return f"job-{job.name}"[:253]
+
+
+def job_priority(
+    obj_ref: str,
+    labels: Mapping[str, str],
+    template: PodTemplateSpec,
+    workload_priority_classes: Mapping[str, int],
+    priority_classes: Mapping[str, int],
+) -> tuple[int, PriorityClassRef | None]:
+    name = labels.get(PRIORITY_CLASS_LABEL)
+    if name:
+        if name in workload_priority_classes:
+            return workload_priority_classes[name], PriorityClassRef(
+                group="queueing.dra.io", kind="WorkloadPriorityClass", name=name
+            )
+        if name in priority_classes:
+            return priority_classes[name], PriorityClassRef(
+                group="scheduling.k8s.io", kind="PriorityClass", name=name
+            )
+        raise WorkloadError(
+            f"{obj_ref}: metadata.labels[{PRIORITY_CLASS_LABEL}]: "
+            f"no WorkloadPriorityClass or PriorityClass named {name!r}"
+        )
+    pcn = template.spec.priority_class_name
+    if pcn:
+        if pcn not in priority_classes:
+            raise WorkloadError(
+                f"{obj_ref}: spec.template.spec.priorityClassName: PriorityClass {pcn!r} not found"
+            )
+        return priority_classes[pcn], PriorityClassRef(
+            group="scheduling.k8s.io", kind="PriorityClass", name=pcn
+        )
+    return 0, None
+
+
+def workload_for_job(
+    job: Job,
+    workload_priority_classes: Mapping[str, int] | None = None,
+    priority_classes: Mapping[str, int] | None = None,
+) -> Workload | None:
+    """The Workload for a Job labelled with a LocalQueue, or None for a Job that is not queued."""
+    ref = f"Job {job.key}"
+    queue = job.labels.get(QUEUE_NAME_LABEL)
+    if not queue:
+        return None
+    count = job.spec.parallelism if job.spec.parallelism is not None else 1
+    if count < 0:
+        raise WorkloadError(f"{ref}: spec.parallelism: must be >= 0, got {count}")
+    if job.spec.completions is not None and 0 <= job.spec.completions < count:
+        count = job.spec.completions
+    min_count: int | None = None
+    raw = job.annotations.get(MIN_PARALLELISM_ANNOTATION)
+    if raw is not None:
+        try:
+            min_count = int(raw)
+        except ValueError:
+            raise WorkloadError(
+                f"{ref}: metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]: not an integer: {raw!r}"
+            ) from None
+        if not 1 <= min_count <= max(count, 1):
+            raise WorkloadError(
+                f"{ref}: metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]: must be between 1 and "
+                f"parallelism ({count}), got {min_count}"
+            )
+        if min_count >= count:
+            min_count = None
+    prio, pref = job_priority(
+        ref, job.labels, job.spec.template, workload_priority_classes or {}, priority_classes or {}
+    )
+    owner = OwnerReference(
+        api_version="batch/v1",
+        kind="Job",
+        name=job.name,
+        uid=job.metadata.uid or "",
+        controller=True,
+        block_owner_deletion=True,
+    )
+    try:
+        spec = WorkloadSpec(
+            pod_sets=[PodSet(name="main", template=job.spec.template, count=count, min_count=min_count)],
+            queue_name=queue,
+            priority_class_ref=pref,
+            priority=prio,
+        )
+    except ValueError as e:
+        raise WorkloadError(f"{ref}: spec: {e}") from None
+    return Workload(
+        api_version=API_VERSION,
+        kind="Workload",
+        metadata=ObjectMeta(
+            name=workload_name_for_job(job),
+            namespace=job.namespace or "default",
+            labels={QUEUE_NAME_LABEL: queue},
+            owner_references=[owner],
+        ),
+        spec=spec,
+    )
+
+
+def _shape(pod: Pod) -> str:
+    spec = pod.spec.model_copy(update={"node_name": None, "scheduling_gates": None})
+    return json.dumps(spec.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
+
+
+def workload_for_pod_group(
+    pods: Sequence[Pod],
+    workload_priority_classes: Mapping[str, int] | None = None,
+    priority_classes: Mapping[str, int] | None = None,
+) -> Workload:
+    """The Workload of one pod group (every pod given must carry the same group label, namespace
+    and total count). Raises :class:`WorkloadError` when the group is inconsistent."""
+    if not pods:
+        raise WorkloadError("pod group: no pods")
+    first = pods[0]
+    ns = first.namespace or "default"
+    group = first.labels.get(POD_GROUP_LABEL)
+    ref = f"Pod {first.key}"
+    if not group:
+        raise WorkloadError(f"{ref}: metadata.labels[{POD_GROUP_LABEL}]: missing")
+    raw = first.annotations.get(POD_GROUP_TOTAL_COUNT_ANNOTATION)
+    try:
+        total = int(raw) if raw is not None else None
+    except ValueError:
+        total = None
+    if total is None or total < 1:
+        raise WorkloadError(
+            f"{ref}: metadata.annotations[{POD_GROUP_TOTAL_COUNT_ANNOTATION}]: "
+            f"must be a positive integer, got {raw!r}"
+        )
+    queue = first.labels.get(QUEUE_NAME_LABEL)
+    if not queue:
+        raise WorkloadError(f"{ref}: metadata.labels[{QUEUE_NAME_LABEL}]: missing")
+    shapes: dict[str, list[Pod]] = {}
+    for p in pods:
+        pref_ = f"Pod {p.key}"
+        if (p.namespace or "default") != ns or p.labels.get(POD_GROUP_LABEL) != group:
+            raise WorkloadError(f"{pref_}: metadata.labels[{POD_GROUP_LABEL}]: not in pod group {ns}/{group}")
+        if p.annotations.get(POD_GROUP_TOTAL_COUNT_ANNOTATION) != raw:
+            raise WorkloadError(
+                f"{pref_}: metadata.annotations[{POD_GROUP_TOTAL_COUNT_ANNOTATION}]: "
+                f"differs from the group's ({raw})"
+            )
+        if p.labels.get(QUEUE_NAME_LABEL) != queue:
+            raise WorkloadError(
+                f"{pref_}: metadata.labels[{QUEUE_NAME_LABEL}]: differs from the group's ({queue})"
+            )
+        shapes.setdefault(_shape(p), []).append(p)
+    if len(pods) > total:
+        raise WorkloadError(
+            f"{ref}: metadata.annotations[{POD_GROUP_TOTAL_COUNT_ANNOTATION}]: the group has "
+            f"{len(pods)} pods, more than {total}"
+        )
+    groups = sorted(shapes.values(), key=lambda ps: min(p.name for p in ps))
+    if len(groups) > 8:
+        raise WorkloadError(f"{ref}: pod group {group}: more than 8 different pod shapes")
+    pod_sets = []
+    for i, members in enumerate(groups):
+        tmpl = members[0]
+        spec = tmpl.spec.model_copy(update={"node_name": None, "scheduling_gates": None})
+        pod_sets.append(
+            PodSet(
+                name="main" if i == 0 else f"ps-{i}",
+                template=PodTemplateSpec(metadata={"labels": dict(tmpl.labels)}, spec=spec),
+                count=len(members),
+            )
+        )
+    prio, pcref = job_priority(
+        ref, first.labels, pod_sets[0].template, workload_priority_classes or {}, priority_classes or {}
+    )
+    owners = [
+        OwnerReference(api_version="v1", kind="Pod", name=p.name, uid=p.metadata.uid or "")
+        for p in sorted(pods, key=lambda p: p.name)
+    ]
+    return Workload(
+        api_version=API_VERSION,
+        kind="Workload",
+        metadata=ObjectMeta(
+            name=f"pod-group-{group}"[:253],
+            namespace=ns,
+            labels={QUEUE_NAME_LABEL: queue, POD_GROUP_LABEL: group},
+            owner_references=owners,
+        ),
+        spec=WorkloadSpec(pod_sets=pod_sets, queue_name=queue, priority_class_ref=pcref, priority=prio),
+    )
