@@ -32,7 +32,7 @@ __all__ = ["Check", "ControllerHTTP", "parse_bind_address"]
 
 log = logging.getLogger("queueing.controller.http")
 
-Check = Callable[[], str | None | Awaitable[str | None]]
+Check = Callable[[], str | Awaitable[str | None] | None]
 
 
 def parse_bind_address(address: str) -> tuple[str | None, int]:

@@ -79,8 +79,18 @@ async def test_scraped_counters_move(
     assert after[("queueing_admission_attempt_duration_seconds_count", (("result", "success"),))] == 2
     assert after[("queueing_admission_attempt_duration_seconds_sum", (("result", "success"),))] == 0.304
     # 0.004 s falls in the 4 ms bucket (le is inclusive), 0.3 s only from 512 ms up
-    assert after[("queueing_admission_attempt_duration_seconds_bucket", (("le", "0.004"), ("result", "success")))] == 1
-    assert after[("queueing_admission_attempt_duration_seconds_bucket", (("le", "0.512"), ("result", "success")))] == 2
+    assert (
+        after[
+            ("queueing_admission_attempt_duration_seconds_bucket", (("le", "0.004"), ("result", "success")))
+        ]
+        == 1
+    )
+    assert (
+        after[
+            ("queueing_admission_attempt_duration_seconds_bucket", (("le", "0.512"), ("result", "success")))
+        ]
+        == 2
+    )
     assert after[("queueing_admitted_workloads_total", cq)] == 2
     assert after[("queueing_quota_reserved_workloads_total", cq)] == 1
     assert after[("queueing_admission_wait_time_seconds_count", cq)] == 2
@@ -193,7 +203,9 @@ def test_parse_bind_address() -> None:
 def test_reference_lists_every_metric() -> None:
     """docs/operations-metrics.md names every metric with its type and labels."""
     text = (DOCS / "operations-metrics.md").read_text()
-    rows = {m.group(1): m for m in re.finditer(r"^\| `(queueing_[a-z_]+)` \| (\w+) \| ([^|]*) \|", text, re.M)}
+    rows = {
+        m.group(1): m for m in re.finditer(r"^\| `(queueing_[a-z_]+)` \| (\w+) \| ([^|]*) \|", text, re.M)
+    }
     assert set(rows) == {PREFIX + s.name for s in METRICS}
     for spec in METRICS:
         row = rows[PREFIX + spec.name]
@@ -203,6 +215,9 @@ def test_reference_lists_every_metric() -> None:
     ops = (DOCS / "operations.md").read_text()
     used = set(re.findall(r"\b(queueing_[a-z_]+)", ops))
     known = {PREFIX + s.name for s in METRICS} | {
-        PREFIX + s.name + suffix for s in METRICS if s.type == "histogram" for suffix in ("_bucket", "_sum", "_count")
+        PREFIX + s.name + suffix
+        for s in METRICS
+        if s.type == "histogram"
+        for suffix in ("_bucket", "_sum", "_count")
     }
     assert used and used <= known
