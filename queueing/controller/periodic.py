@@ -247,7 +247,7 @@ class PeriodicJobs:
         self.scheduler.pause()
         running = list(self._running)
         if running:
-            done, pending = await asyncio.wait(running, timeout=timeout)
+            _done, pending = await asyncio.wait(running, timeout=timeout)
             if pending:
                 log.warning("periodic jobs still running after %ss are cancelled", timeout)
         self.scheduler.shutdown(wait=False)
