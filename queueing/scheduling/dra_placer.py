@@ -188,6 +188,8 @@ class DraPlan:
 
     pods: tuple[PodPlan, ...]
     unowned: tuple[str, ...] = ()  # claims used across workloads: charged to none (to report)
+    # (driver, pool, device) -> DeviceClass it was allocated through (devices this plan allocated)
+    device_classes: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,13 @@ class DraPlacer:
         self._shared_ours: dict[str, tuple[Pick, ...]] = {}  # shared claims allocated by held plans
         self._pods_cache: dict[tuple[object, ...], tuple[list[Pod], list[tuple[str, int]]]] = {}
         self._resolved: dict[RecordedPlan, DraPlan] = {}
+        self._unit_cache: (
+            tuple[
+                dict[tuple[str, str, str], list[tuple[tuple[str, str, str, str], Fraction]]],
+                set[tuple[str, str, str]],
+            ]
+            | None
+        ) = None
 
     # ---- Placer protocol ---------------------------------------------------------------------
     def initial_state(self, admitted: Sequence[AdmittedWorkload]) -> DraState:
@@ -384,7 +393,8 @@ class DraPlacer:
                         pp.extended_mappings,
                     )
                 )
-            plan = DraPlan(tuple(plans), tuple(c.claim for c in charges.unowned))
+            classes = {(d[1], d[2], d[3]): d[0] for c in charges.claims for d in c.devices}
+            plan = DraPlan(tuple(plans), tuple(c.claim for c in charges.unowned), classes)
             dev = {k: Fraction(v) for k, v in charges.for_workload(key).items() if v}
         finally:
             txn.discard()
@@ -397,6 +407,50 @@ class DraPlacer:
         taken = self.cluster.usage.devices
         return sum(1 for d in self.cluster.inventory.devices.values() if not taken.get(d.key))
 
+    def busy_units(self, state: DraState) -> float:
+        """How many physical devices are in use in ``state``, fractionally: a device that consumes
+        shared counters (a partitionable GPU and its MIG slices) counts per counter set as the largest
+        used fraction of its counters; other devices count 1 when taken (exclusively or, on a device
+        with multiple allocations, by any consumed capacity)."""
+        self.sync(state)
+        sets, lone = self._units()
+        u = self.cluster.usage
+        busy = 0.0
+        for counters in sets.values():
+            frac = 0.0
+            for ck, cap in counters:
+                used = u.counters.get(ck)
+                if used:
+                    frac = max(frac, float(used / cap))
+            busy += min(frac, 1.0)
+        for key in lone:
+            if u.devices.get(key):
+                busy += 1
+        multi = {k for k, _ in u.capacity}
+        busy += sum(1 for k in multi if k in lone)
+        return busy
+
+    def total_units(self) -> int:
+        """Physical devices: counter sets plus devices that consume no counters."""
+        sets, lone = self._units()
+        return len(sets) + len(lone)
+
+    def _units(
+        self,
+    ) -> tuple[
+        dict[tuple[str, str, str], list[tuple[tuple[str, str, str, str], Fraction]]],
+        set[tuple[str, str, str]],
+    ]:
+        if self._unit_cache is None:
+            inv = self.cluster.inventory
+            sets: dict[tuple[str, str, str], list[tuple[tuple[str, str, str, str], Fraction]]] = {}
+            for ck, cap in inv.counters.items():
+                if cap > 0:
+                    sets.setdefault(ck[:3], []).append((ck, cap))
+            lone = {d.key for d in inv.devices.values() if not d.consumes}
+            self._unit_cache = (sets, lone)
+        return self._unit_cache
+
     def used_devices(self, state: DraState) -> set[tuple[str, str, str]]:
         self.sync(state)
         return {k for k, n in self.cluster.usage.devices.items() if n > 0}
@@ -407,7 +461,12 @@ class DraPlacer:
             return
         want = state.holds
         for k, plans in list(self._applied.items()):
-            if want.get(k) is not plans:
+            cur = want.get(k)
+            if cur is not plans and (
+                cur is None
+                or len(cur) != len(plans)
+                or any(a is not b for a, b in zip(cur, plans, strict=True))
+            ):
                 for p in plans:
                     self._unapply(p)
                 del self._applied[k]

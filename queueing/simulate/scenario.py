@@ -1,0 +1,294 @@
+"""Scenario loading for ``queueing simulate``: YAML/JSON objects in, a typed :class:`Scenario` out.
+
+Objects read (multi-document files, ``kind: List`` expanded, directories: every ``*.yaml``,
+``*.yml`` and ``*.json`` in name order, ``-`` is stdin): Node, ResourceSlice, DeviceClass,
+ResourceClaimTemplate, ResourceClaim, PriorityClass, Namespace, batch/v1 Job, Pod, and the
+``queueing.dra.io`` kinds (ResourceFlavor, Cohort, ClusterQueue, LocalQueue, WorkloadPriorityClass,
+Workload). Other kinds are ignored with a warning.
+
+What is simulated (a *job* of the simulation):
+
+* a Job with the label ``queueing.dra.io/queue-name`` (its Workload as the controller builds it,
+  :func:`queueing.scheduling.jobs.workload_for_job`);
+* a Workload object (``spec.queueName``);
+* a pod group: Pods labelled ``queueing.dra.io/pod-group`` (annotation
+  ``queueing.dra.io/pod-group-total-count``), named ``<namespace>/<group>`` in events.
+
+Each carries ``simulate.queueing.dra.io/arrival`` (offset from the start, default ``0s``) and
+``simulate.queueing.dra.io/duration`` (required: run time once admitted) as annotations (a pod group:
+on its first pod by name). Pods with ``spec.nodeName`` and no group run on their node for the whole
+simulation (they use node allocatable and their claims).
+
+Errors raise :class:`ScenarioError` with one line naming the file or object and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from queueing.api.base import KubeObject
+from queueing.api.core import Job, Namespace, Node, Pod, PriorityClass
+from queueing.api.registry import ObjectError, parse_object
+from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from queueing.api.v1beta1 import (
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    ResourceFlavor,
+    Workload,
+    WorkloadPriorityClass,
+)
+from queueing.scheduling.config import parse_duration
+from queueing.scheduling.from_api import ApiContext, FromApiError, QueueSpecs, queue_specs, workload_info
+from queueing.scheduling.jobs import (
+    POD_GROUP_LABEL,
+    WorkloadError,
+    workload_for_job,
+    workload_for_pod_group,
+)
+from queueing.scheduling.snapshot import WorkloadInfo
+
+__all__ = [
+    "ARRIVAL_ANNOTATION",
+    "DURATION_ANNOTATION",
+    "Scenario",
+    "ScenarioError",
+    "SimJob",
+    "load_objects",
+    "load_scenario",
+    "read_documents",
+]
+
+ARRIVAL_ANNOTATION = "simulate.queueing.dra.io/arrival"
+DURATION_ANNOTATION = "simulate.queueing.dra.io/duration"
+
+_KINDS: tuple[type[KubeObject], ...] = (
+    Node,
+    ResourceSlice,
+    DeviceClass,
+    ResourceClaimTemplate,
+    ResourceClaim,
+    PriorityClass,
+    Namespace,
+    Job,
+    Pod,
+    ResourceFlavor,
+    Cohort,
+    ClusterQueue,
+    LocalQueue,
+    WorkloadPriorityClass,
+    Workload,
+)
+
+
+class ScenarioError(Exception):
+    """Bad scenario input: one line naming the file or object and the field."""
+
+
+@dataclass(frozen=True)
+class SimJob:
+    key: str  # "namespace/name" of the Job / Workload / pod group, as printed in events
+    kind: str  # Job | Workload | PodGroup
+    workload: Workload
+    info: WorkloadInfo  # creation_time = arrival
+    arrival: float
+    duration: float
+
+
+@dataclass
+class Scenario:
+    nodes: list[Node] = field(default_factory=list)
+    slices: list[ResourceSlice] = field(default_factory=list)
+    classes: list[DeviceClass] = field(default_factory=list)
+    templates: list[ResourceClaimTemplate] = field(default_factory=list)
+    claims: list[ResourceClaim] = field(default_factory=list)
+    running_pods: list[Pod] = field(default_factory=list)
+    queues: QueueSpecs = field(default_factory=QueueSpecs)
+    jobs: list[SimJob] = field(default_factory=list)
+    objects: list[KubeObject] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------ reading
+def _files(path: str) -> list[str]:
+    if path == "-":
+        return ["-"]
+    p = Path(path)
+    if p.is_dir():
+        out = sorted(str(f) for f in p.iterdir() if f.is_file() and f.suffix in (".yaml", ".yml", ".json"))
+        if not out:
+            raise ScenarioError(f"{path}: directory has no .yaml, .yml or .json files")
+        return out
+    if not p.exists():
+        raise ScenarioError(f"{path}: no such file or directory")
+    return [path]
+
+
+def read_documents(paths: Iterable[str]) -> list[tuple[dict[str, Any], str]]:
+    """(document, where) for every object in the files (directories expanded, Lists expanded)."""
+    out: list[tuple[dict[str, Any], str]] = []
+    for arg in paths:
+        for f in _files(arg):
+            try:
+                text = sys.stdin.read() if f == "-" else Path(f).read_text(encoding="utf-8")
+            except OSError as e:
+                raise ScenarioError(f"{f}: cannot read: {e.strerror or e}") from None
+            try:
+                docs = list(yaml.safe_load_all(text))
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f" (line {mark.line + 1})" if mark is not None else ""
+                raise ScenarioError(f"{f}: invalid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+            for i, d in enumerate(docs):
+                if d is None:
+                    continue
+                where = f"{f} document {i + 1}"
+                if not isinstance(d, dict):
+                    raise ScenarioError(f"{where}: expected an object, got {type(d).__name__}")
+                if d.get("kind") == "List" or (isinstance(d.get("kind"), str) and d["kind"].endswith("List")):
+                    for j, item in enumerate(d.get("items") or []):
+                        if not isinstance(item, dict):
+                            raise ScenarioError(f"{where}: items[{j}]: expected an object")
+                        out.append((item, f"{where} items[{j}]"))
+                else:
+                    out.append((d, where))
+    return out
+
+
+def load_objects(paths: Iterable[str]) -> tuple[list[KubeObject], list[str]]:
+    objs: list[KubeObject] = []
+    warnings: list[str] = []
+    seen: dict[tuple[str, str], str] = {}
+    for doc, where in read_documents(paths):
+        try:
+            o = parse_object(doc)
+        except ObjectError as e:
+            if "unknown kind" in str(e):
+                warnings.append(f"{where}: {e}; ignored")
+                continue
+            raise ScenarioError(str(e)) from None
+        if not isinstance(o, _KINDS):
+            warnings.append(f"{where}: {o.kind} {o.key}: kind not used by the simulation; ignored")
+            continue
+        if (
+            isinstance(o, (Job, Pod, Workload, LocalQueue, ResourceClaim, ResourceClaimTemplate))
+            and not o.namespace
+        ):
+            o.metadata.namespace = "default"
+        ident = (type(o).__name__, o.key)
+        if ident in seen:
+            raise ScenarioError(f"{o.kind} {o.key}: metadata.name: defined twice ({seen[ident]} and {where})")
+        seen[ident] = where
+        objs.append(o)
+    return objs, warnings
+
+
+def _duration(ref: str, annotations: dict[str, str], key: str, default: float | None) -> float:
+    raw = annotations.get(key)
+    if raw is None:
+        if default is None:
+            raise ScenarioError(
+                f'{ref}: metadata.annotations[{key}]: missing (the run time once admitted, e.g. "10m")'
+            )
+        return default
+    try:
+        return parse_duration(raw)
+    except ValueError as e:
+        raise ScenarioError(f"{ref}: metadata.annotations[{key}]: {e}") from None
+
+
+def load_scenario(paths: Iterable[str], *, extended_resources: bool = True) -> Scenario:
+    objs, warnings = load_objects(paths)
+    sc = Scenario(objects=objs, warnings=warnings)
+    ctx = ApiContext.from_objects(objs, extended_resources=extended_resources)
+    wpcs = dict(ctx.workload_priority_classes)
+    pcs = dict(ctx.priority_classes)
+    groups: dict[tuple[str, str], list[Pod]] = {}
+    items: list[tuple[str, str, Workload, dict[str, str]]] = []  # (key, kind, workload, annotations)
+    namespaces: set[str] = set()
+    for o in objs:
+        if isinstance(o, Node):
+            sc.nodes.append(o)
+        elif isinstance(o, ResourceSlice):
+            sc.slices.append(o)
+        elif isinstance(o, DeviceClass):
+            sc.classes.append(o)
+        elif isinstance(o, ResourceClaimTemplate):
+            sc.templates.append(o)
+        elif isinstance(o, ResourceClaim):
+            sc.claims.append(o)
+        elif isinstance(o, Job):
+            try:
+                wl = workload_for_job(o, wpcs, pcs)
+            except WorkloadError as e:
+                raise ScenarioError(str(e)) from None
+            if wl is None:
+                raise ScenarioError(
+                    f"Job {o.key}: metadata.labels[queueing.dra.io/queue-name]: missing (the LocalQueue to submit to)"
+                )
+            wl.metadata.name = o.name  # events name the Job
+            wl.metadata.uid = o.metadata.uid or f"sim-job-{o.key}"
+            items.append((o.key, "Job", wl, o.annotations))
+        elif isinstance(o, Workload):
+            if not o.spec.queue_name:
+                raise ScenarioError(f"Workload {o.key}: spec.queueName: missing")
+            o.metadata.uid = o.metadata.uid or f"sim-workload-{o.key}"
+            items.append((o.key, "Workload", o, o.annotations))
+        elif isinstance(o, Pod):
+            group = o.labels.get(POD_GROUP_LABEL)
+            if group:
+                groups.setdefault((o.namespace or "default", group), []).append(o)
+            elif o.spec.node_name:
+                sc.running_pods.append(o)
+            else:
+                sc.warnings.append(
+                    f"Pod {o.key}: neither in a pod group ({POD_GROUP_LABEL}) nor bound (spec.nodeName); ignored"
+                )
+    for (ns, group), pods in sorted(groups.items()):
+        pods.sort(key=lambda p: p.name)
+        try:
+            wl = workload_for_pod_group(pods, wpcs, pcs)
+        except WorkloadError as e:
+            raise ScenarioError(str(e)) from None
+        total = int(pods[0].annotations.get("queueing.dra.io/pod-group-total-count", "0"))
+        if len(pods) < total:
+            raise ScenarioError(
+                f"Pod {pods[0].key}: metadata.annotations[queueing.dra.io/pod-group-total-count]: "
+                f"pod group {ns}/{group} has {len(pods)} of {total} pods in the scenario"
+            )
+        wl.metadata.name = group
+        wl.metadata.uid = f"sim-pod-group-{ns}/{group}"
+        items.append((f"{ns}/{group}", "PodGroup", wl, pods[0].annotations))
+    keys: dict[str, str] = {}
+    for key, kind, wl, ann in items:
+        ref = f"{kind} {key}" if kind != "PodGroup" else f"Pod {key} (pod group)"
+        if key in keys:
+            raise ScenarioError(
+                f"{ref}: metadata.name: {key} is also a {keys[key]}; simulated jobs need distinct names"
+            )
+        keys[key] = kind
+        arrival = _duration(ref, ann, ARRIVAL_ANNOTATION, 0.0)
+        duration = _duration(ref, ann, DURATION_ANNOTATION, None)
+        try:
+            info = workload_info(wl, ctx, creation_time=arrival)
+        except FromApiError as e:
+            raise ScenarioError(str(e)) from None
+        namespaces.add(info.namespace)
+        sc.jobs.append(SimJob(key, kind, wl, info, arrival, duration))
+    sc.jobs.sort(key=lambda j: (j.arrival, j.key))
+    for o in objs:
+        if isinstance(o, LocalQueue):
+            namespaces.add(o.namespace or "default")
+    sc.queues = queue_specs(objs, sorted(namespaces))
+    return sc
+
+
+def dumps(obj: object) -> str:
+    return json.dumps(obj, separators=(", ", ": "))
