@@ -17,6 +17,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/queueing crds --check
 	$(BIN)/queueing allocate -f examples/allocate/h200-node.yaml -o yaml || true
+	@mkdir -p out
+	$(BIN)/queueing simulate -f examples/simulate/ -o table --plot out/demo.png
 
 postgres:
 	@bash .ci/ensure-postgres
