@@ -390,7 +390,10 @@ class Simulation:
             for w in pending.values():
                 cq = lq_of.get(w.queue_key, "")
                 per_cq[cq] = per_cq.get(cq, 0) + 1
-            samples.append(Sample(now, per_cq, busy))
+            if samples and samples[-1].time == now:
+                samples[-1] = Sample(now, per_cq, busy)  # one sample per instant: the last state
+            else:
+                samples.append(Sample(now, per_cq, busy))
             if evicted_any and same < self.max_same:
                 again = True
             if self.progress is not None:

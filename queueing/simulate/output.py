@@ -112,6 +112,7 @@ def plot(result: SimResult, path: str) -> None:
             continue
         ax1.step(xs, [s.pending.get(cq, 0) for s in samples], where="post", label=cq)
     ax1.set_ylabel("pending jobs")
+    ax1.yaxis.get_major_locator().set_params(integer=True)
     ax1.set_title("queue lengths")
     if cqs:
         ax1.legend(loc="upper right", fontsize="small")
