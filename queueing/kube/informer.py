@@ -54,6 +54,17 @@ class InformerStats:
     bookmarks: int = 0
 
 
+def _newer(rv: str, than: str | None) -> bool:
+    """Whether resourceVersion ``rv`` is newer than ``than`` (integers as etcd revisions; otherwise
+    assume it is newer, as a fresh response is)."""
+    if not than:
+        return True
+    try:
+        return int(rv) > int(than)
+    except ValueError:
+        return rv != than
+
+
 class Informer(Generic[T]):
     def __init__(
         self,
@@ -109,6 +120,26 @@ class Informer(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._cache)
+
+    def observe(self, raw: dict[str, Any]) -> T | None:
+        """Put an object we just wrote (the API server's response) into the cache at once, unless the
+        cache already holds a newer version; the watch event that follows changes nothing more. This
+        keeps the controller from acting twice on a stale cache (client-go's mutation cache). Handlers
+        are not called. Returns the cached object."""
+        key = self._key(raw)
+        old = self._cache.get(key)
+        if old is not None and not _newer(
+            str((raw.get("metadata") or {}).get("resourceVersion") or ""), old.metadata.resource_version
+        ):
+            return old
+        obj = self._parse(raw)
+        if obj is not None:
+            self._cache[key] = obj
+        return obj
+
+    def forget(self, name: str, namespace: str | None = None) -> None:
+        """Drop an object we just deleted from the cache (the watch's DELETED event follows)."""
+        self._cache.pop(f"{namespace}/{name}" if namespace else name, None)
 
     # ------------------------------------------------------------ lifecycle
     def add_handler(self, handler: Handler[T]) -> None:
@@ -234,6 +265,11 @@ class Informer(Generic[T]):
                 del self._cache[key]
                 await self._dispatch(old, None)
         elif etype in ("ADDED", "MODIFIED"):
+            if old is not None and not _newer(rv, old.metadata.resource_version):
+                # ``observe`` already cached this write (or a later one): nothing new
+                if rv:
+                    self.resource_version = rv
+                return
             new = self._parse(raw)
             if new is None:
                 if old is not None:  # it became invalid: it is gone from our point of view

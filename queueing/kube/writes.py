@@ -1,0 +1,74 @@
+"""Writing to the API server: retries for transient failures, and what a failure means.
+
+``retrying(call, what=...)`` runs ``call()`` until it succeeds, retrying (with exponential backoff) on
+the failures that say nothing about the request itself: 409 Conflict (a stale resourceVersion or an
+injected conflict; the callers' writes are patches computed from the current state, so repeating
+them is safe), 429, 5xx, connection errors and client timeouts. Anything else (400, 403, 404, 422, an
+``AlreadyExists``) is raised at once as the ``ApiException``: retrying would not change the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import aiohttp
+
+from queueing.kube.client import ApiException
+
+__all__ = ["RETRYABLE_STATUS", "api_reason", "is_already_exists", "is_not_found", "retrying"]
+
+log = logging.getLogger("queueing.kube.writes")
+
+T = TypeVar("T")
+
+RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 504})
+
+
+def api_reason(e: ApiException) -> str:
+    """The ``reason`` of the Status in the error body (``AlreadyExists``, ``Conflict``, ...)."""
+    try:
+        body = json.loads(e.body or "{}")
+    except (TypeError, ValueError):
+        return str(e.reason or "")
+    return str(body.get("reason") or e.reason or "") if isinstance(body, dict) else str(e.reason or "")
+
+
+def is_already_exists(e: BaseException) -> bool:
+    return isinstance(e, ApiException) and e.status == 409 and api_reason(e) == "AlreadyExists"
+
+
+def is_not_found(e: BaseException) -> bool:
+    return isinstance(e, ApiException) and e.status == 404
+
+
+def _retryable(e: BaseException) -> bool:
+    if isinstance(e, ApiException):
+        return e.status in RETRYABLE_STATUS and not is_already_exists(e)
+    return isinstance(e, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError)
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    attempts: int = 8,
+    initial: float = 0.05,
+    maximum: float = 2.0,
+) -> T:
+    """``await call()``, retried on transient failures up to ``attempts`` times in all."""
+    delay = initial
+    for attempt in range(1, attempts + 1):
+        try:
+            return await call()
+        except Exception as e:
+            if not _retryable(e) or attempt == attempts:
+                raise
+            status = e.status if isinstance(e, ApiException) else type(e).__name__
+            log.info("%s: %s (attempt %d of %d); retrying", what, status, attempt, attempts)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, maximum)
+    raise AssertionError("unreachable")
