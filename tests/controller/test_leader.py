@@ -309,6 +309,26 @@ async def test_conflicts_are_retried(emu: Emulator, kube: KubeClient) -> None:
     await a.elector.stop()
 
 
+async def test_a_leader_that_finds_another_holder_steps_down_at_once(kube: KubeClient) -> None:
+    clock = ManualClock()
+    a = Replica(kube, clock, "a")
+    a.start()
+    await settle(clock, a)
+    # someone (an operator, a replica with a skewed view) writes itself into the Lease
+    raw = await kube.get(LEASES, NAME, NS)
+    raw["spec"]["holderIdentity"] = "intruder"
+    await kube.replace(LEASES, raw, NS)
+    await step(clock, 2, a)  # the renewal conflicts, a reads the Lease: not ours any more
+    assert not a.elector.is_leader
+    assert a.stopped.is_set()
+    assert [t for kind, t, _ in a.events if kind == "stopped"] == [1002.0]  # not at the deadline
+    assert a.elector.leader == "intruder"
+    assert ("leader", 1002.0, "intruder") in a.events
+    # the standby it became does not release someone else's Lease on stop
+    await a.elector.stop()
+    assert (await read_lease(kube)).spec.holder_identity == "intruder"
+
+
 async def test_racing_candidates_for_an_expired_lease_one_wins(kube: KubeClient) -> None:
     clock = ManualClock()
     # an expired Lease held by a dead replica
@@ -372,7 +392,7 @@ def test_settings_from_config_and_validation() -> None:
 async def test_real_clock_handover(kube: KubeClient) -> None:
     """The system clock path, with short durations: events, no sleeps in the test."""
     started: dict[str, asyncio.Event] = {n: asyncio.Event() for n in ("a", "b")}
-    fast = {"lease": 2, "renew": 1, "retry": 0.05}
+    fast = {"lease": 10, "renew": 5, "retry": 0.05}  # handover is by release: no expiry waits
     a = LeaderElector(kube, settings("a", **fast), on_started_leading=started["a"].set)
     ta = asyncio.create_task(a.run())
     await asyncio.wait_for(started["a"].wait(), 10)
