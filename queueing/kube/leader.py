@@ -187,8 +187,9 @@ class LeaderElector:
 
     * ``on_started_leading()`` runs as its own task once the Lease is ours (it may run long; it is
       cancelled if leadership is lost before it returns);
-    * ``on_stopped_leading()`` is awaited when leadership ends (lost renewal, or ``stop()`` — then
-      before the Lease is released, so the controller can finish its current step first);
+    * ``on_stopped_leading()`` is awaited when leadership ends: after a lost renewal (the
+      ``on_started_leading`` task is cancelled first), or on ``stop()`` — then before that task is
+      cancelled and before the Lease is released, so the controller can finish its current step;
     * ``on_new_leader(identity)`` is awaited whenever the observed holder changes (including to us).
     """
 
@@ -368,7 +369,7 @@ class LeaderElector:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._leading:
-            await self._step_down("shutting down")
+            await self._step_down("shutting down", graceful=True)
             if release:
                 await self.release()
 
@@ -444,14 +445,21 @@ class LeaderElector:
             if not ok:
                 await self._step_down("failed to renew within the renew deadline")
 
-    async def _step_down(self, why: str) -> None:
+    async def _step_down(self, why: str, graceful: bool = False) -> None:
+        """Leadership ends. Lost: cancel ``on_started_leading`` at once, then ``on_stopped_leading``.
+        Graceful (``stop()``): ``on_stopped_leading`` first, so the controller can finish its step,
+        then whatever ``on_started_leading`` still runs is cancelled."""
         if not self._leading:
             return
         self._leading = False
-        log.warning("lease %s: %s stopped leading: %s", self._key(), self.identity, why)
-        await self._cancel_started_and_wait()
+        if graceful:
+            log.info("lease %s: %s stops leading: %s", self._key(), self.identity, why)
+        else:
+            log.warning("lease %s: %s stopped leading: %s", self._key(), self.identity, why)
+            await self._cancel_started_and_wait()
         if self._on_stopped is not None:
             await self._call(self._on_stopped)
+        await self._cancel_started_and_wait()
 
     def _cancel_started(self) -> None:
         if self._started_task is not None and not self._started_task.done():

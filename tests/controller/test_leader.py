@@ -286,6 +286,55 @@ async def test_stop_waits_for_on_stopped_leading_before_releasing(kube: KubeClie
     await task  # run() has returned
 
 
+async def test_leading_work_is_cancelled_when_lost_and_finishes_its_step_on_stop(
+    emu: Emulator, kube: KubeClient
+) -> None:
+    clock = ManualClock()
+    log: list[str] = []
+    step_may_end = asyncio.Event()
+
+    async def work() -> None:  # the controller's leader loop, started by on_started_leading
+        try:
+            log.append("work started")
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            log.append("work cancelled")
+            raise
+
+    async def finish() -> None:
+        log.append("stopping")
+        await step_may_end.wait()
+        log.append("step finished")
+
+    elector = LeaderElector(
+        kube, settings("a"), on_started_leading=work, on_stopped_leading=finish, clock=clock
+    )
+    task = asyncio.create_task(elector.run())
+    await eventually(lambda: elector.waiting and log == ["work started"], "a to lead")
+    # lost: the work is cancelled before on_stopped_leading
+    step_may_end.set()
+    emu.faults.fail_next(500, verb="update", resource="leases", count=10**6)
+    for _ in range(5):
+        clock.advance(2)
+        await eventually(lambda: clock.woken == 0 and elector.waiting, "a to settle")
+    assert log == ["work started", "work cancelled", "stopping", "step finished"]
+    emu.faults.clear()
+    # it leads again at its next attempt (the Lease still names it)
+    log.clear()
+    step_may_end.clear()
+    clock.advance(2)
+    await eventually(lambda: elector.waiting and log == ["work started"], "a to lead again")
+    # graceful: on_stopped_leading runs while the work is still alive, then the work is cancelled
+    stopping = asyncio.create_task(elector.stop())
+    await eventually(lambda: log == ["work started", "stopping"], "stop to begin")
+    assert (await read_lease(kube)).spec.holder_identity == "a"
+    step_may_end.set()
+    await stopping
+    assert log == ["work started", "stopping", "step finished", "work cancelled"]
+    assert (await read_lease(kube)).spec.holder_identity is None
+    await task
+
+
 async def test_conflicts_are_retried(emu: Emulator, kube: KubeClient) -> None:
     clock = ManualClock()
     a = Replica(kube, clock, "a")
