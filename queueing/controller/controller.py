@@ -174,6 +174,7 @@ class Controller:
         clock: Callable[[], float] = time.time,
         component: str = "queueing-controller",
         retry_backoff: float = 0.2,
+        queue_status_period: float = 1.0,
     ) -> None:
         self.kube = kube
         self.ledger = ledger
@@ -182,6 +183,11 @@ class Controller:
         self.full = self.config.plan_binding_mode == "Full"
         self.events = EventRecorder(kube, component)
         self.retry_backoff = retry_backoff
+        # ClusterQueue/LocalQueue status is written at most once per period (a burst of admissions
+        # costs one write per queue); the last change is always written
+        self.queue_status_period = queue_status_period
+        self._queue_status_at = -1e18
+        self._queue_status_handle: asyncio.TimerHandle | None = None
         self.stats = ControllerStats()
 
         def inf(res: Resource, model: type[Any], **kw: Any) -> Informer[Any]:
@@ -257,8 +263,9 @@ class Controller:
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._retry_handle is not None:
-            self._retry_handle.cancel()
+        for h in (self._retry_handle, self._queue_status_handle):
+            if h is not None:
+                h.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -896,6 +903,16 @@ class Controller:
 
     # ---- queue status
     async def _queue_status(self) -> None:
+        wait = self._queue_status_at + self.queue_status_period - time.monotonic()
+        if wait > 0:
+            if self._queue_status_handle is None:
+
+                def fire() -> None:
+                    self._queue_status_handle = None
+                    self._wake.set()
+
+                self._queue_status_handle = asyncio.get_running_loop().call_later(wait, fire)
+            return
         pending_by_lq: dict[str, int] = {}
         for wl in self.workloads.list():
             uid = wl.metadata.uid or ""
@@ -922,6 +939,7 @@ class Controller:
                     what=f"status of ClusterQueue {cq.name}",
                 )
                 self.cluster_queues.observe(raw)
+                self._queue_status_at = time.monotonic()
         for lq in self.local_queues.list():
             want = lq_status.get(lq.key)
             if want is not None and want != _status_dict(lq):
@@ -934,6 +952,7 @@ class Controller:
                     what=f"status of LocalQueue {lq.key}",
                 )
                 self.local_queues.observe(raw)
+                self._queue_status_at = time.monotonic()
 
 
 def _without_nulls(v: Any) -> Any:

@@ -1,0 +1,112 @@
+"""Watch drops, 410 Gone, conflicts, server errors, an API server restart and a controller restart:
+every Job is admitted exactly once (ledger and cluster agree) and none is missed. And the number of API
+writes the controller makes per admitted single-pod Job, counted by the emulator."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from sqlalchemy import text
+
+from queueing.config import Config
+from queueing.kube.client import JOBS, KubeClient
+from queueing.ledger.repository import Ledger
+from queueing.testing import Emulator
+from tests.controller.conftest import CONTROLLER_USER, Harness, eventually, job
+from tests.controller.standins import StandIns
+from tests.controller.test_admission import is_true, items, running, workload
+from tests.controller.test_scenarios import events_for
+
+
+async def admissions_per_workload(ledger: Ledger) -> Counter[str]:
+    async with ledger.engine.connect() as c:
+        rows = (
+            await c.execute(
+                text("SELECT w.name FROM admissions a JOIN workloads w ON w.uid = a.workload_uid")
+            )
+        ).all()
+    return Counter(r[0] for r in rows)
+
+
+async def test_faults_neither_miss_nor_duplicate_admissions(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger
+) -> None:
+    f = emu.faults
+    await harness.start()
+    f.fail_next(500, verb="create", resource="workloads")
+    f.fail_next(409, verb="patch", resource="workloads/status", count=2)
+    f.fail_next(500, verb="patch", resource="jobs")
+    f.fail_next(409, verb="patch", resource="resourceclaims/status")
+    f.fail_next(409, verb="patch", resource="pods")
+    names = [f"j{i}" for i in range(8)]
+    for n in names[:3]:
+        await admin.create(JOBS, job(n))
+    f.drop_watches(abort=True)
+    f.gone_on_next_watch(count=4)
+    for n in names[3:5]:
+        await admin.create(JOBS, job(n))
+    f.restart()  # watches aborted, history compacted: every informer re-lists
+    await eventually(lambda: all(running(emu, n, 1) for n in names[:5]), "the first five run")
+    await harness.stop()  # the controller restarts while Jobs arrive
+    for n in names[5:]:
+        await admin.create(JOBS, job(n))
+    f.fail_next(409, verb="patch", resource="workloads/status")
+    await harness.start()
+    await eventually(lambda: all(running(emu, n, 1) for n in names), "all eight run", timeout=30)
+    for n in names:
+        cluster.finish_pods("default", n)
+    await eventually(
+        lambda: all(is_true(workload(emu, f"job-{n}"), "Finished") for n in names), "all finished"
+    )
+    assert f.injected >= 10
+    per = await admissions_per_workload(ledger)
+    assert per == Counter({f"job-{n}": 1 for n in names})
+    state = await ledger.load_state()
+    assert not state.admissions and all(v == 0 for v in state.usage.values())
+    assert len(items(emu, "workloads", "queueing.dra.io")) == 8
+    for n in names:
+        assert len(events_for(emu, f"job-{n}", "Admitted")) == 1
+    assert not cluster.errors
+
+
+def _per_job(counts: Counter[tuple[str, str]], jobs: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for (verb, res), n in counts.items():
+        if verb in ("create", "update", "patch", "delete"):
+            out[f"{verb} {res}"] = n / jobs
+    return dict(sorted(out.items()))
+
+
+@pytest.mark.parametrize(
+    ("config", "budget"),
+    [(Config(plan_binding_mode="NodeOnly"), 4), (Config(plan_binding_mode="Full"), 6)],
+    ids=["NodeOnly", "Full"],
+)
+async def test_api_writes_per_single_pod_job(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, config: Config, budget: int
+) -> None:
+    """Steady state: after a warm-up Job, K single-pod Jobs (one GPU claim from a template) from
+    creation to Finished. Events and the (rate-limited) queue status writes are counted apart."""
+    await harness.start()
+    await admin.create(JOBS, job("warmup"))
+    await eventually(lambda: running(emu, "warmup", 1), "warm-up runs")
+    cluster.finish_pods("default", "warmup")
+    await eventually(lambda: is_true(workload(emu, "job-warmup"), "Finished"), "warm-up finished")
+    before = emu.writes_by(CONTROLLER_USER).snapshot()
+    k = 6
+    names = [f"s{i}" for i in range(k)]
+    for n in names:
+        await admin.create(JOBS, job(n))
+    await eventually(lambda: all(running(emu, n, 1) for n in names), "all run")
+    for n in names:
+        cluster.finish_pods("default", n)
+    await eventually(
+        lambda: all(is_true(workload(emu, f"job-{n}"), "Finished") for n in names), "all finished"
+    )
+    counts = emu.writes_by(CONTROLLER_USER).since(before)
+    per = _per_job(counts, k)
+    core = sum(v for key, v in per.items() if "events" not in key and "queues" not in key)
+    print(f"\n{config.plan_binding_mode}: writes per job {per}; without events and queue status: {core}")
+    assert core <= budget
+    assert not cluster.errors
