@@ -13,7 +13,7 @@ from queueing.api.registry import model_for, parse_object
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-SEED_TEXTS = Path("/work/shared/seeds")
+SEED_TEXTS = ROOT.parent / "shared" / "seeds"  # shared/ lies beside the checkout, in CI too
 
 
 def documents() -> list[tuple[str, Any]]:
@@ -31,11 +31,14 @@ def documents() -> list[tuple[str, Any]]:
 DOCS = documents()
 
 
-def objects(kind: str) -> list[dict[str, Any]]:
+def objects(kind: str, folder: str = "examples/queues/") -> list[dict[str, Any]]:
     return [
         d
-        for _, d in DOCS
-        if isinstance(d, dict) and d.get("kind") == kind and d.get("apiVersion") == v1beta1.API_VERSION
+        for where, d in DOCS
+        if where.startswith(folder)
+        and isinstance(d, dict)
+        and d.get("kind") == kind
+        and d.get("apiVersion") == v1beta1.API_VERSION
     ]
 
 
