@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -55,9 +56,12 @@ from queueing.api.v1beta1 import (
 )
 from queueing.config import Config
 from queueing.controller.plan import (
+    GATE_ADMISSION,
     GATE_PLACEMENT,
     HOSTNAME_LABEL,
     PLACEMENT_INDEX_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_TOTAL_ANNOTATION,
     POD_SET_LABEL,
     WORKLOAD_UID_LABEL,
     DeviceIndex,
@@ -114,7 +118,7 @@ from queueing.scheduling.from_api import (
     queue_specs,
     workload_info,
 )
-from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, workload_for_job
+from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, workload_for_job, workload_for_pod_group
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
 
 __all__ = [
@@ -205,6 +209,7 @@ class Controller:
         )
         self.jobs: Informer[Job] = inf(JOBS, Job, label_selector=QUEUE_NAME_LABEL)
         self.pods: Informer[Pod] = inf(PODS, Pod, label_selector=WORKLOAD_UID_LABEL)
+        self.group_pods: Informer[Pod] = inf(PODS, Pod, label_selector=POD_GROUP_LABEL)
         self.nodes: Informer[Node] = inf(NODES, Node)
         self.slices: Informer[ResourceSlice] = inf(RESOURCE_SLICES, ResourceSlice)
         self.device_classes: Informer[DeviceClass] = inf(DEVICE_CLASSES, DeviceClass)
@@ -221,6 +226,7 @@ class Controller:
             self.workload_priority_classes,
             self.jobs,
             self.pods,
+            self.group_pods,
             self.nodes,
             self.slices,
             self.device_classes,
@@ -375,6 +381,7 @@ class Controller:
         self.stats.syncs += 1
         await self._sync_ledger_queues()
         await self._sync_jobs()
+        await self._sync_pod_groups()
         await self._forget_deleted()
         await self._write_pending_status()
         await self._schedule()
@@ -473,6 +480,34 @@ class Controller:
                 if want is None:
                     continue
                 await self._create_workload(want)
+
+    # ---- pod groups
+    def _groups(self) -> dict[tuple[str, str], list[Pod]]:
+        out: dict[tuple[str, str], list[Pod]] = {}
+        for p in self.group_pods.list():
+            if p.metadata.deletion_timestamp:
+                continue
+            out.setdefault((p.namespace or "default", p.labels.get(POD_GROUP_LABEL, "")), []).append(p)
+        return out
+
+    async def _sync_pod_groups(self) -> None:
+        """A pod group becomes one Workload once all its pods exist; it finishes when they all ended."""
+        wpcs = {w.name: w.value for w in self.workload_priority_classes.list()}
+        pcs = {p.name: p.value for p in self.priority_classes.list()}
+        for (ns, group), pods in sorted(self._groups().items()):
+            wl = self.workloads.get(f"pod-group-{group}"[:253], ns)
+            if wl is not None:
+                if wl.status.is_true(FINISHED) or wl.metadata.uid not in self.admitted:
+                    continue
+                if len(pods) >= _total(pods[0]) and all(_ended(p) for p in pods):
+                    await self._finish(wl, all(p.status.phase == "Succeeded" for p in pods), None)
+                continue
+            if len(pods) < _total(pods[0]):
+                continue  # admitted only when all its pods exist
+            try:
+                await self._create_workload(workload_for_pod_group(pods, wpcs, pcs))
+            except WorkloadError as e:
+                await self.events.emit(pods[0], "Warning", "InvalidPodGroup", str(e))
 
     async def _suspend(self, job: Job, why: str) -> None:
         raw = await retrying(
@@ -743,6 +778,7 @@ class Controller:
         pods_by_wl: dict[str, list[Pod]] = {}
         for p in self.pods.list():
             pods_by_wl.setdefault(p.labels.get(WORKLOAD_UID_LABEL, ""), []).append(p)
+        groups = self._groups()
         for uid in sorted(self.admitted):
             if uid in self.status_todo:
                 continue
@@ -756,6 +792,13 @@ class Controller:
             pods = pods_by_wl.get(uid, [])
             if any(_gated(p) for p in pods):
                 await self._bind_pods(wl, admission, pods)
+            group = wl.labels.get(POD_GROUP_LABEL)
+            if group and job is None:
+                members = groups.get((wl.namespace or "default", group), [])
+                if any(_gated(p, GATE_ADMISSION) for p in members):
+                    await self._bind_pods(
+                        wl, admission, members, GATE_ADMISSION, functools.partial(_pod_set_of, wl)
+                    )
 
     def _template_claims(self, wl: Workload, pod_set: str) -> bool:
         ps = wl.pod_set(pod_set)
@@ -830,8 +873,22 @@ class Controller:
             f"Admitted by ClusterQueue {admission.cluster_queue}; plan: {plan_summary(admission)}",
         )
 
-    async def _bind_pods(self, wl: Workload, admission: Admission, pods: list[Pod]) -> None:
+    async def _bind_pods(
+        self,
+        wl: Workload,
+        admission: Admission,
+        pods: list[Pod],
+        gate: str = GATE_PLACEMENT,
+        pod_set_of: Callable[[Pod], str | None] | None = None,
+    ) -> None:
+        """Give each gated pod a planned pod of its pod set: allocate its claims (Full mode), then pin
+        its node and remove ``gate`` in one write."""
         ns = wl.namespace or "default"
+        default_ps = admission.pod_set_assignments[0].name if admission.pod_set_assignments else "main"
+
+        def ps_of(p: Pod) -> str:
+            return (pod_set_of(p) if pod_set_of else p.labels.get(POD_SET_LABEL)) or default_ps
+
         live = [
             p
             for p in pods
@@ -841,13 +898,11 @@ class Controller:
         for p in live:
             idx = p.annotations.get(PLACEMENT_INDEX_ANNOTATION)
             if idx is not None and idx.isdigit():
-                used.setdefault(p.labels.get(POD_SET_LABEL, ""), set()).add(int(idx))
+                used.setdefault(ps_of(p), set()).add(int(idx))
         for pod in sorted(live, key=lambda p: p.name):
-            if not _gated(pod):
+            if not _gated(pod, gate):
                 continue
-            ps_name = pod.labels.get(POD_SET_LABEL) or (
-                admission.pod_set_assignments[0].name if admission.pod_set_assignments else "main"
-            )
+            ps_name = ps_of(pod)
             psa = next((a for a in admission.pod_set_assignments if a.name == ps_name), None)
             if psa is None or not psa.placements:
                 continue
@@ -887,7 +942,7 @@ class Controller:
                 if not ready:
                     continue
             meta: dict[str, Any] = {"annotations": {PLACEMENT_INDEX_ANNOTATION: str(placement.index)}}
-            spec: dict[str, Any] = {"schedulingGates": [{"$patch": "delete", "name": GATE_PLACEMENT}]}
+            spec: dict[str, Any] = {"schedulingGates": [{"$patch": "delete", "name": gate}]}
             if (pod.spec.node_selector or {}).get(HOSTNAME_LABEL) != placement.node_name:
                 spec["nodeSelector"] = {HOSTNAME_LABEL: placement.node_name}
             raw = await self._patch(
@@ -955,6 +1010,24 @@ class Controller:
                 self._queue_status_at = time.monotonic()
 
 
+def _total(pod: Pod) -> int:
+    raw = pod.annotations.get(POD_GROUP_TOTAL_ANNOTATION, "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 1
+
+
+def _ended(pod: Pod) -> bool:
+    return (pod.status.phase or "") in ("Succeeded", "Failed")
+
+
+def _pod_set_of(wl: Workload, pod: Pod) -> str | None:
+    """The pod set of a pod-group pod: the one whose template is the pod's spec (without node and gates)."""
+    mine = _without_nulls(pod.spec.model_copy(update={"node_name": None, "scheduling_gates": None}).to_dict())
+    for ps in wl.spec.pod_sets:
+        if _without_nulls(ps.template.spec.to_dict()) == mine:
+            return ps.name
+    return None
+
+
 def _without_nulls(v: Any) -> Any:
     """A body without explicit nulls (models built in code set optional fields to None; the CRD schema
     rejects null where it is not nullable)."""
@@ -965,8 +1038,8 @@ def _without_nulls(v: Any) -> Any:
     return v
 
 
-def _gated(pod: Pod) -> bool:
-    return any(g.name == GATE_PLACEMENT for g in pod.spec.scheduling_gates or [])
+def _gated(pod: Pod, gate: str = GATE_PLACEMENT) -> bool:
+    return any(g.name == gate for g in pod.spec.scheduling_gates or [])
 
 
 def _dump(conds: Iterable[Any]) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import contextlib
 import secrets
 from typing import Any
 
-from queueing.api.core import Node, Pod
+from queueing.api.core import Node
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from queueing.dra.gang import ClusterState
 from queueing.testing import Emulator
@@ -200,7 +200,9 @@ class StandIns:
                 )  # fmt: skip
                 new.append({"name": rc["name"], "resourceClaimName": claim_name})
             if len(new) != len(have):
-                self._set_status("pods", meta["namespace"], meta["name"], {**status, "resourceClaimStatuses": new})
+                self._set_status(
+                    "pods", meta["namespace"], meta["name"], {**status, "resourceClaimStatuses": new}
+                )
 
     def _pod_claims(self, pod: dict[str, Any]) -> list[str] | None:
         """Names of the pod's claims, or None while one is not created yet."""
@@ -283,10 +285,12 @@ class StandIns:
                     {**status, "phase": "Running", "conditions": conds},
                 )  # fmt: skip
 
-    def finish_pods(self, namespace: str, job: str, phase: str = "Succeeded") -> int:
-        """The kubelet reports the Job's running pods as finished."""
+    def finish_pods(
+        self, namespace: str, job: str, phase: str = "Succeeded", *, selector: str | None = None
+    ) -> int:
+        """The kubelet reports the Job's running pods (or those matching ``selector``) as finished."""
         n = 0
-        for pod in self._list("pods", namespace, f"{JOB_NAME_LABEL}={job}"):
+        for pod in self._list("pods", namespace, selector or f"{JOB_NAME_LABEL}={job}"):
             if (pod.get("status") or {}).get("phase") == "Running":
                 self._set_status(
                     "pods", namespace, pod["metadata"]["name"], {**pod["status"], "phase": phase}
