@@ -12,7 +12,9 @@ from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
 from tests.controller.standins import StandIns
 
 
-def get(emu: Emulator, plural: str, name: str, group: str = "", ns: str | None = "default") -> dict[str, Any] | None:
+def get(
+    emu: Emulator, plural: str, name: str, group: str = "", ns: str | None = "default"
+) -> dict[str, Any] | None:
     try:
         return emu.store.get(emu.store.resource(plural, group), ns, name)
     except Exception:
@@ -53,7 +55,9 @@ def planned(wl: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def claim_devices(claim: dict[str, Any]) -> set[tuple[str, str, str]]:
-    return {(r["driver"], r["pool"], r["device"]) for r in claim["status"]["allocation"]["devices"]["results"]}
+    return {
+        (r["driver"], r["pool"], r["device"]) for r in claim["status"]["allocation"]["devices"]["results"]
+    }
 
 
 async def test_job_with_claim_template_admitted_bound_finished(
@@ -100,6 +104,16 @@ async def test_job_with_claim_template_admitted_bound_finished(
     await eventually(lambda: (get(emu, "clusterqueues", "team", "queueing.dra.io", None) or {}).get("status", {}).get("admittedWorkloads") == 1,
                      "ClusterQueue status counts the admission")  # fmt: skip
 
+    lq = await eventually(lambda: (q := get(emu, "localqueues", "lq", "queueing.dra.io")) and q.get("status", {}).get("admittedWorkloads") == 1 and q,
+                          "LocalQueue status counts the admission")  # fmt: skip
+    assert lq["status"]["pendingWorkloads"] == 0
+    assert lq["status"]["flavorsUsage"] == [
+        {"name": "default", "resources": [{"name": GPU_CLASS, "total": "4"}]}
+    ]
+    cq = get(emu, "clusterqueues", "team", "queueing.dra.io", None)
+    assert cq is not None and cq["status"]["flavorsUsage"] == [
+        {"name": "default", "resources": [{"name": GPU_CLASS, "total": "4", "borrowed": "0"}]}
+    ]
     assert cluster.finish_pods("default", "train") == 2
     wl = await eventually(lambda: is_true(workload(emu, "job-train"), "Finished") and workload(emu, "job-train"),
                           "the Workload is finished")  # fmt: skip
@@ -110,3 +124,19 @@ async def test_job_with_claim_template_admitted_bound_finished(
                      "ClusterQueue status released")  # fmt: skip
     assert not cluster.errors
     assert not emu.authorizer.denied  # type: ignore[union-attr]
+
+
+async def test_partial_admission_lowers_the_job_parallelism(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    await harness.start()
+    body = job("part", parallelism=4, template="gpu-4")  # 16 GPUs wanted, 8 in quota and on the nodes
+    body["metadata"]["annotations"] = {"queueing.dra.io/min-parallelism": "1"}
+    await admin.create(JOBS, body)
+    wl = await eventually(lambda: is_true(workload(emu, "job-part"), "Admitted") and workload(emu, "job-part"),
+                          "admitted partially")  # fmt: skip
+    assert wl["status"]["admission"]["podSetAssignments"][0]["count"] == 2
+    pods = await eventually(lambda: running(emu, "part", 2), "two pods run")
+    assert {p["spec"]["nodeName"] for p in pods} == {"node-a", "node-b"}
+    assert get(emu, "jobs", "part", "batch")["spec"]["parallelism"] == 2  # type: ignore[index]
+    assert not cluster.errors
