@@ -728,9 +728,21 @@ class Controller:
         conds = with_condition(
             conds, ADMITTED, "True", "Admitted", f"The workload is admitted by ClusterQueue {cq}", now, gen
         )
-        out = await self._patch_status(
-            wl, {"conditions": _dump(conds), "admission": _without_nulls(admission.to_dict()), "reason": None}
-        )
+        try:
+            out = await self._patch_status(
+                wl,
+                {
+                    "conditions": _dump(conds),
+                    "admission": _without_nulls(admission.to_dict()),
+                    "reason": None,
+                },
+            )
+        except Exception as e:
+            # the ledger holds the admission: keep trying (status_todo) without holding up the others
+            log.warning("status of Workload %s not written yet: %s", wl.key, e)
+            self.stats.errors += 1
+            self._retry_later()
+            return
         self.status_todo.discard(uid)
         if out is None:  # deleted meanwhile: _forget_deleted releases it
             return

@@ -110,3 +110,28 @@ async def test_api_writes_per_single_pod_job(
     print(f"\n{config.plan_binding_mode}: writes per job {per}; without events and queue status: {core}")
     assert core <= budget
     assert not cluster.errors
+
+
+async def test_restart_after_the_ledger_committed_but_the_status_write_was_lost(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger
+) -> None:
+    """Invariant 4: the ledger knows first. If the Workload status never shows the admission (the
+    controller dies while the API server refuses the write), the restarted controller releases the
+    ledger's admission and admits the Workload again: one active admission, the Job runs once."""
+    await harness.start()
+    emu.faults.fail_next(500, verb="patch", resource="workloads/status", count=10_000)
+    await admin.create(JOBS, job("lost"))
+    await eventually(
+        lambda: harness.controller is not None and harness.controller.status_todo, "admitted in the ledger"
+    )
+    assert len((await ledger.load_state()).admissions) == 1
+    await harness.stop()
+    emu.faults.clear()
+    assert not is_true(workload(emu, "job-lost"), "QuotaReserved")
+    await harness.start()
+    await eventually(lambda: running(emu, "lost", 1), "the Job runs after the restart")
+    async with ledger.engine.connect() as c:
+        rows = (await c.execute(text("SELECT release_reason FROM admissions ORDER BY attempt"))).all()
+    assert [r[0] for r in rows] == ["Recovered", None]
+    assert len((await ledger.load_state()).admissions) == 1
+    assert cluster.pods_created == 1
