@@ -63,7 +63,7 @@ from queueing.api.resource import (
 from queueing.dra.allocator import ClaimAllocation, SelectorCache
 from queueing.dra.charges import charge_gang
 from queueing.dra.errors import AllocationError
-from queueing.dra.extended import ExtendedRequestMapping, is_extended_resource_claim
+from queueing.dra.extended import ExtendedRequestMapping, is_extended_resource_claim, pod_extended_requests
 from queueing.dra.features import Features
 from queueing.dra.gang import ClusterState, place_gang
 from queueing.dra.gang import _pod_requests as pod_requests  # one definition of a pod's requests
@@ -275,6 +275,14 @@ class DraPlacer:
         self._shared_ours: dict[str, tuple[Pick, ...]] = {}  # shared claims allocated by held plans
         self._pods_cache: dict[tuple[object, ...], tuple[list[Pod], list[tuple[str, int]]]] = {}
         self._resolved: dict[RecordedPlan, DraPlan] = {}
+        self._free_cache: list[tuple[str, int | None]] | None = None
+        self._taken_by_node: dict[str, int] = {}
+        for key, cnt in self.cluster.usage.devices.items():
+            dev = self.cluster.inventory.devices.get(key)
+            if cnt > 0 and dev is not None and dev.node_name is not None:
+                self._taken_by_node[dev.node_name] = self._taken_by_node.get(dev.node_name, 0) + 1
+        self._node_totals: list[tuple[str, int | None]] | None = None
+        self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str]] = {}
         self._unit_cache: (
             tuple[
                 dict[tuple[str, str, str], list[tuple[tuple[str, str, str, str], Fraction]]],
@@ -333,6 +341,9 @@ class DraPlacer:
         if not pods:
             return Placement(nodes=(), device_charges={}, detail=DraPlan(()))
         self.sync(state)
+        quick = self._quick_miss(workload, req, counts)
+        if quick is not None:
+            return PlacementFailure(quick)
         try:
             kw = {} if self.max_node_checks is None else {"max_node_checks": self.max_node_checks}
             result = place_gang(pods, self.cluster, **kw)
@@ -455,6 +466,106 @@ class DraPlacer:
         self.sync(state)
         return {k for k, n in self.cluster.usage.devices.items() if n > 0}
 
+    # ---- a cheap necessary condition before the search ----------------------------------------
+    def _free_per_node(self) -> list[tuple[str, int | None]]:
+        """Upper bound of free exclusive devices per node (None: unbounded, the node reaches a
+        device that allows multiple allocations). Devices blocked only by shared counters count as
+        free, devices reachable from several nodes count on each: an over-estimate, never less."""
+        if self._free_cache is None:
+            cs = self.cluster
+            if self._node_totals is None:
+                totals: list[tuple[str, int | None]] = []
+                for n in cs.nodes:
+                    devs = cs.inventory.devices_on(n)
+                    multi = any(d.multi for d in devs)
+                    totals.append((n.name, None if multi else len(devs)))
+                self._node_totals = totals
+            taken = self._taken_by_node
+            self._free_cache = [
+                (n, None if t is None else max(0, t - taken.get(n, 0))) for n, t in self._node_totals
+            ]
+        return self._free_cache
+
+    def _count_taken(self, picks: Sequence[Pick], sign: int) -> None:
+        taken = self._taken_by_node
+        for p in picks:
+            d = p.device
+            if not p.admin_access and not d.multi and d.node_name is not None:
+                taken[d.node_name] = taken.get(d.node_name, 0) + sign
+
+    def _demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str]:
+        """Devices each pod of the pod set needs at least (ExactCount requests of its per-pod claims
+        and extended resources backed by DRA), and the claim asking for most (for messages)."""
+        key = (namespace, dps.name, id(dps))
+        hit = self._demand_cache.get(key)
+        if hit is not None and hit[0] is dps:
+            return hit[1], hit[2]
+        cs = self.cluster
+        total, most, what = 0, 0, ""
+        refs = dps.claims or tuple(
+            ClaimRef(c.name, c.resource_claim_name, c.resource_claim_template_name)
+            for c in dps.template.spec.resource_claims or []
+        )
+        for ref in refs:
+            if not ref.resource_claim_template_name:
+                continue
+            t = cs.templates.get(f"{namespace}/{ref.resource_claim_template_name}")
+            if t is None:
+                continue
+            n = 0
+            classes: list[str] = []
+            for r in t.spec.spec.devices.requests or []:
+                e = r.exactly
+                if (
+                    e is not None
+                    and (e.allocation_mode or "ExactCount") == "ExactCount"
+                    and not e.admin_access
+                ):
+                    n += e.count or 1
+                    classes.append(e.device_class_name)
+            total += n
+            if n > most:
+                most, what = n, f"claim {ref.name}: {n} x {', '.join(sorted(set(classes)))}"
+        if cs.extended_classes:
+            pod = Pod(metadata=ObjectMeta(name="demand", namespace=namespace), spec=dps.template.spec)
+            try:
+                ext = pod_extended_requests(pod, cs.extended_classes)
+            except AllocationError:
+                ext = {}
+            for res, n in sorted(ext.items()):
+                total += n
+                if n > most:
+                    most, what = n, f"extended resource {res}: {n} x {cs.extended_classes[res]}"
+        self._demand_cache[key] = (dps, total, what)
+        return total, what
+
+    def _quick_miss(self, workload: WorkloadInfo, req: DraRequest, counts: Mapping[str, int]) -> str | None:
+        free: list[tuple[str, int | None]] | None = None
+        for ps in workload.pod_sets:
+            n = counts.get(ps.name, ps.count)
+            dps = req.pod_set(ps.name)
+            if not n or dps is None:
+                continue
+            k, what = self._demand(workload.namespace, dps)
+            if not k:
+                continue
+            if free is None:
+                free = self._free_per_node()
+            fit = 0
+            for _, f in free:
+                fit += n if f is None else f // k
+                if fit >= n:
+                    break
+            if fit >= n:
+                continue
+            best, most = max(free, key=lambda x: (x[1] if x[1] is not None else k, -len(x[0])))
+            have = most if most is not None else k
+            return (
+                f"pod set {ps.name}: {n} pods x {k} devices needed ({what}), at most {fit} fit; "
+                f"best node {best} has {have} free ({max(0, k - have)} short)"
+            )
+        return None
+
     # ---- the mutable ClusterState in step with a DraState ------------------------------------
     def sync(self, state: DraState) -> None:
         if state is self._synced:
@@ -476,6 +587,7 @@ class DraPlacer:
                     self._apply(p)
                 self._applied[k] = plans
         self._synced = state
+        self._free_cache = None
 
     def _apply(self, plan: DraPlan) -> None:
         cs = self.cluster
@@ -487,6 +599,7 @@ class DraPlacer:
                     used[r] = used.get(r, Fraction(0)) + v
             for p in pp.picks:
                 cs.usage.take(p)
+            self._count_taken(pp.picks, 1)
             for skey, c in pp.shared_new:
                 if skey in self._shared_ours or self._base_allocated(skey):
                     continue
@@ -494,6 +607,7 @@ class DraPlacer:
                 picks = tuple(c.picks) if isinstance(c, ClaimAllocation) else tuple(cs.inventory.picks_of(c))
                 for p in picks:
                     cs.usage.take(p)
+                self._count_taken(picks, 1)
                 cs.claims[skey] = claim
                 self._shared_ours[skey] = picks
             for skey in set(pp.shared):
@@ -509,6 +623,7 @@ class DraPlacer:
                     used[r] = used.get(r, Fraction(0)) - v
             for p in pp.picks:
                 cs.usage.give_back(p)
+            self._count_taken(pp.picks, -1)
             for skey in set(pp.shared):
                 n = self._shared_users.get(skey, 0) - 1
                 if n > 0:
@@ -519,6 +634,7 @@ class DraPlacer:
                 if picks is not None:
                     for p in picks:
                         cs.usage.give_back(p)
+                    self._count_taken(picks, -1)
                     base = self._base_claims.get(skey)
                     if base is not None:
                         cs.claims[skey] = base

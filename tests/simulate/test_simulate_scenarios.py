@@ -56,7 +56,9 @@ def test_gang_that_fits_by_quota_waits_for_devices(tmp_path: Path) -> None:
     waits = of(r, "Inadmissible", "ml/gang")
     assert waits and waits[0].time == 1
     assert "couldn't place the gang" in waits[0].reason
-    assert "8 devices of class gpu.nvidia.com needed, 7 available" in waits[0].reason
+    # which claim, best node, how short
+    assert "claim gpus: 8 x gpu.nvidia.com" in waits[0].reason
+    assert "best node h200-0 has 7 free (1 short)" in waits[0].reason
     (adm,) = of(r, "Admitted", "ml/gang")
     assert adm.time == 600  # when the blockers finish, not before
     assert adm.nodes is not None and len(adm.nodes) == 3 and len(set(adm.nodes)) == 3
@@ -168,7 +170,8 @@ def test_extended_resource_job_is_charged_to_its_device_class(tmp_path: Path) ->
     r = simulate(tmp_path, docs)
     (adm,) = of(r, "Admitted", "ml/ext")
     assert adm.time == 600  # two matching devices are free only once "seven" finished
-    assert "1 available" in of(r, "Inadmissible", "ml/ext")[0].reason
+    reason = of(r, "Inadmissible", "ml/ext")[0].reason
+    assert "extended resource nvidia.com/gpu: 2 x gpu.nvidia.com" in reason and "has 1 free (1 short)" in reason
     assert adm.admission is not None
     a = adm.admission.assignment
     assert a.usage == {("h200", GPU): Fraction(2)}

@@ -1,0 +1,273 @@
+"""Admission benchmark: Kueue's published baseline shape, in virtual time, through ``queueing simulate``'s
+engine with the real DRA placer.
+
+    python bench/admission.py [--shape baseline|large] [--no-fair-sharing] [--backoff SECONDS]
+
+Shape ``baseline`` (Kueue test/performance/scheduler/configs/baseline): 5 cohorts x 6 ClusterQueues,
+each nominalQuota 20 GPUs, borrowingLimit 100, ``reclaimWithinCohort: Any``, ``withinClusterQueue:
+LowerPriority``; per ClusterQueue 350 small (1 unit, 200 ms, priority 50, one every 100 ms), 100
+medium (5 units, 500 ms, priority 100, every 500 ms), 50 large (20 units, 1 s, priority 200, every
+1.2 s) = 15,000 workloads. A unit is one GPU: a workload of n units is a gang of n 1-GPU pods (a
+ResourceClaimTemplate per pod). 75 nodes x 8 GPUs, each a ResourceSlice device of class
+``gpu.nvidia.com`` (CEL selector). Targets: <= 30 s wall, device utilisation >= 55.9 % (Kueue's
+measured mean for this shape).
+
+Shape ``large``: 1,000 ClusterQueues (200 cohorts x 5), 50 workloads each (35 small, 10 medium, 5
+large, same sizes and rates) = 50,000 workloads on 2,500 nodes x 8 GPUs. Target: <= 3 min wall.
+
+Evicted workloads are requeued after ``--backoff`` seconds (default 0: Kueue requeues preempted
+workloads at once; the controller's default backoff of 60 s is for waitForPodsReady). The run prints
+wall time, virtual makespan, cycles, admissions, evictions, device utilisation, and per-workload-size
+mean wait. docs/performance/admission.md records a run. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from typing import Any
+
+from queueing.api.base import KubeObject
+from queueing.api.core import Job
+from queueing.api.registry import parse_object
+from queueing.scheduling.config import SchedulingConfig
+from queueing.scheduling.from_api import ApiContext, queue_specs, workload_info
+from queueing.scheduling.jobs import workload_for_job
+from queueing.simulate.engine import Simulation
+from queueing.simulate.scenario import Scenario, SimJob
+
+DRIVER = "gpu.nvidia.com"
+SIZES = {  # name: (units, duration s, priority, interval s, count per CQ in baseline)
+    "small": (1, 0.2, 50, 0.1, 350),
+    "medium": (5, 0.5, 100, 0.5, 100),
+    "large": (20, 1.0, 200, 1.2, 50),
+}
+
+
+def cluster(nodes: int) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for i in range(nodes):
+        name = f"node-{i:04d}"
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H200"}},
+                "status": {"allocatable": {"cpu": "192", "memory": "2Ti", "pods": "110"}},
+            }
+        )
+        docs.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{name}-{DRIVER}"},
+                "spec": {
+                    "driver": DRIVER,
+                    "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                    "nodeName": name,
+                    "devices": [
+                        {
+                            "name": f"gpu-{g}",
+                            "attributes": {"type": {"string": "gpu"}, "index": {"int": g}},
+                            "capacity": {"memory": {"value": "143771Mi"}},
+                        }
+                        for g in range(8)
+                    ],
+                },
+            }
+        )
+    docs.append(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DRIVER},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
+                        }
+                    }
+                ]
+            },
+        }
+    )
+    return docs
+
+
+def queues(cohorts: int, per_cohort: int) -> list[dict[str, Any]]:
+    q = "queueing.dra.io/v1beta1"
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": q, "kind": "ResourceFlavor", "metadata": {"name": "default"}},
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one-gpu", "namespace": "bench"},
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
+            },
+        },
+    ]
+    for c in range(cohorts):
+        for k in range(per_cohort):
+            name = f"cq-{c:03d}-{k}"
+            docs.append(
+                {
+                    "apiVersion": q,
+                    "kind": "ClusterQueue",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "cohortName": f"cohort-{c:03d}",
+                        "namespaceSelector": {},
+                        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                        "resourceGroups": [
+                            {
+                                "coveredResources": [DRIVER],
+                                "flavors": [
+                                    {
+                                        "name": "default",
+                                        "resources": [
+                                            {"name": DRIVER, "nominalQuota": 20, "borrowingLimit": 100}
+                                        ],
+                                    }
+                                ],
+                            }
+                        ],
+                    },
+                }
+            )
+            docs.append(
+                {
+                    "apiVersion": q,
+                    "kind": "LocalQueue",
+                    "metadata": {"name": name, "namespace": "bench"},
+                    "spec": {"clusterQueue": name},
+                }
+            )
+    for size, (_, _, prio, _, _) in SIZES.items():
+        docs.append(
+            {"apiVersion": q, "kind": "WorkloadPriorityClass", "metadata": {"name": size}, "value": prio}
+        )
+    return docs
+
+
+def prototype_job(cq: str, size: str) -> dict[str, Any]:
+    units = SIZES[size][0]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{cq}-{size}",
+            "namespace": "bench",
+            "labels": {"queueing.dra.io/queue-name": cq, "queueing.dra.io/priority-class": size},
+        },
+        "spec": {
+            "parallelism": units,
+            "template": {
+                "spec": {
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                    "containers": [
+                        {"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}
+                    ],
+                }
+            },
+        },
+    }
+
+
+def build(shape: str) -> Scenario:
+    if shape == "baseline":
+        cohorts, per_cohort, nodes, scale = 5, 6, 75, 1.0
+    else:
+        cohorts, per_cohort, nodes, scale = 200, 5, 2500, 0.1
+    objs: list[KubeObject] = [parse_object(d) for d in (*cluster(nodes), *queues(cohorts, per_cohort))]
+    ctx = ApiContext.from_objects(objs)
+    sc = Scenario(objects=objs)
+    for o in objs:
+        kind = type(o).__name__
+        if kind == "Node":
+            sc.nodes.append(o)  # type: ignore[arg-type]
+        elif kind == "ResourceSlice":
+            sc.slices.append(o)  # type: ignore[arg-type]
+        elif kind == "DeviceClass":
+            sc.classes.append(o)  # type: ignore[arg-type]
+        elif kind == "ResourceClaimTemplate":
+            sc.templates.append(o)  # type: ignore[arg-type]
+    sc.queues = queue_specs(objs, ["bench"])
+    for cq in sc.queues.cluster_queues:
+        for size, (_, duration, _, interval, count) in SIZES.items():
+            job = Job.model_validate(prototype_job(cq.name, size))
+            wl = workload_for_job(job, ctx.workload_priority_classes, ctx.priority_classes)
+            assert wl is not None
+            proto = workload_info(wl, ctx)
+            for i in range(round(count * scale)):
+                arrival = round(i * interval, 3)
+                name = f"{cq.name}-{size}-{i}"
+                info = replace(proto, name=name, creation_time=arrival, uid=f"uid-{name}")
+                sc.jobs.append(SimJob(f"bench/{name}", "Job", wl, info, arrival, duration))
+    sc.jobs.sort(key=lambda j: (j.arrival, j.key))
+    return sc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=("baseline", "large"), default="baseline")
+    ap.add_argument(
+        "--no-fair-sharing", action="store_true", help="switch fair sharing off (Kueue's baseline has it off)"
+    )
+    ap.add_argument("--backoff", type=float, default=0.0, help="requeue backoff base after an eviction (s)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    sc = build(args.shape)
+    t_build = time.perf_counter() - t0
+    cfg = SchedulingConfig.from_dict(
+        {
+            "fairSharing": {"enable": not args.no_fair_sharing},
+            "waitForPodsReady": {
+                "requeuingStrategy": {
+                    "backoffBaseSeconds": args.backoff,
+                    "backoffMaxSeconds": max(args.backoff, 1),
+                }
+            },
+        }
+    )
+    last = [time.perf_counter()]
+
+    def progress(done: int, total: int, now: float) -> None:
+        t = time.perf_counter()
+        if t - last[0] > 10:
+            last[0] = t
+            print(f"  ... {done}/{total} finished, virtual {now:.1f}s, wall {t - t0:.0f}s", flush=True)
+
+    t1 = time.perf_counter()
+    result = Simulation(sc, cfg, progress=progress).run()
+    t_run = time.perf_counter() - t1
+    s = result.summary
+    admissions = sum(q.admissions for q in s.cluster_queues.values())
+    evictions = sum(q.evicted for q in s.cluster_queues.values())
+    waits: dict[str, list[float]] = {k: [] for k in SIZES}
+    arrival = {j.key: j.arrival for j in sc.jobs}
+    seen: set[str] = set()
+    for e in result.events:
+        if e.event == "Admitted" and e.job not in seen:
+            seen.add(e.job)
+            waits[e.job.rsplit("-", 2)[-2]].append(e.time - arrival[e.job])
+    print(
+        f"shape {args.shape}: {len(sc.queues.cluster_queues)} ClusterQueues, {len(sc.jobs)} workloads, "
+        f"{len(sc.nodes)} nodes x 8 GPUs; fair sharing {'off' if args.no_fair_sharing else 'on'}; backoff {args.backoff:g}s"
+    )
+    print(f"build {t_build:.1f}s, simulation {t_run:.1f}s wall (total {t_build + t_run:.1f}s)")
+    print(
+        f"virtual makespan {s.time:.1f}s, {s.cycles} cycles, {admissions} admissions, {evictions} evictions, "
+        f"{s.finished}/{s.jobs} finished"
+    )
+    print(f"device utilisation {s.device_utilisation * 100:.1f}% of {s.devices} GPUs")
+    for k, w in waits.items():
+        if w:
+            print(f"  {k:6s} mean wait {sum(w) / len(w):.2f}s (n={len(w)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
