@@ -171,7 +171,9 @@ def test_extended_resource_job_is_charged_to_its_device_class(tmp_path: Path) ->
     (adm,) = of(r, "Admitted", "ml/ext")
     assert adm.time == 600  # two matching devices are free only once "seven" finished
     reason = of(r, "Inadmissible", "ml/ext")[0].reason
-    assert "extended resource nvidia.com/gpu: 2 x gpu.nvidia.com" in reason and "has 1 free (1 short)" in reason
+    assert (
+        "extended resource nvidia.com/gpu: 2 x gpu.nvidia.com" in reason and "has 1 free (1 short)" in reason
+    )
     assert adm.admission is not None
     a = adm.admission.assignment
     assert a.usage == {("h200", GPU): Fraction(2)}
@@ -243,3 +245,31 @@ def test_events_are_in_time_order_and_json_shaped(tmp_path: Path) -> None:
     # needs two free nodes: it waits until a finishes at 10m (540 s). Mean (0 + 540) / 2, p90 = 540.
     assert cq["admitted"] == 2 and cq["meanWait"] == 270 and cq["p90Wait"] == 540
     yaml.safe_dump(s)  # plain data
+
+
+def test_pod_group_is_one_gang(tmp_path: Path) -> None:
+    pods = []
+    for i in range(2):
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"worker-{i}",
+                    "namespace": "ml",
+                    "labels": {"queueing.dra.io/pod-group": "g", "queueing.dra.io/queue-name": "lq"},
+                    "annotations": {
+                        "queueing.dra.io/pod-group-total-count": "2",
+                        "simulate.queueing.dra.io/duration": "5m",
+                    },
+                },
+                "spec": {
+                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpus-8"}],
+                    "containers": [{"name": "m", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}],
+                },
+            }
+        )
+    r = simulate(tmp_path, [*base(nodes=2), *pods])
+    (adm,) = of(r, "Admitted", "ml/g")
+    assert adm.nodes == ("h200-0", "h200-1")
+    assert of(r, "Finished", "ml/g")[0].time == 300
