@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -44,8 +45,11 @@ from queueing.api.resource import (
 )
 from queueing.api.v1beta1 import (
     ADMITTED,
+    EVICTED,
     FINISHED,
+    PREEMPTED,
     QUOTA_RESERVED,
+    REQUEUED,
     Admission,
     ClusterQueue,
     Cohort,
@@ -55,6 +59,9 @@ from queueing.api.v1beta1 import (
     WorkloadPriorityClass,
 )
 from queueing.config import Config
+from queueing.controller import evict as ev
+from queueing.controller.evict import Evicting
+from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
     GATE_ADMISSION,
     GATE_PLACEMENT,
@@ -66,6 +73,7 @@ from queueing.controller.plan import (
     WORKLOAD_UID_LABEL,
     DeviceIndex,
     allocation_for,
+    fmt_time,
     is_implicit_claim,
     job_finished,
     ledger_request,
@@ -119,6 +127,7 @@ from queueing.scheduling.from_api import (
     workload_info,
 )
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, workload_for_job, workload_for_pod_group
+from queueing.scheduling.requeue import next_requeue
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
 
 __all__ = [
@@ -179,11 +188,17 @@ class Controller:
         component: str = "queueing-controller",
         retry_backoff: float = 0.2,
         queue_status_period: float = 1.0,
+        metrics: ControllerMetrics | None = None,
+        eviction_timeout: float = 300.0,
     ) -> None:
         self.kube = kube
         self.ledger = ledger
         self.config = config or Config()
         self.clock = clock
+        self.metrics = metrics or ControllerMetrics()
+        # a victim whose pods/claims are not gone after this long no longer counts as going away:
+        # the preemptor's plan is recomputed without it (it is still being evicted)
+        self.eviction_timeout = eviction_timeout
         self.full = self.config.plan_binding_mode == "Full"
         self.events = EventRecorder(kube, component)
         self.retry_backoff = retry_backoff
@@ -245,10 +260,15 @@ class Controller:
         self._recorded: set[str] = set()  # workload UIDs the ledger knows
         self._ledger_cqs: dict[str, LedgerClusterQueue] = {}
         self._ledger_lqs: dict[tuple[str, str], LedgerLocalQueue] = {}
+        self.evicting: dict[str, Evicting] = {}  # uid -> eviction in progress (pods/claims not gone yet)
+        self.pods_ready_seen: set[str] = set()  # admitted workloads whose pods were all Ready once
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._retry_handle: asyncio.TimerHandle | None = None
+        self._timer_handles: dict[float, asyncio.TimerHandle] = {}
+        self._step = asyncio.Lock()  # held during one sync: a graceful stop waits for it
         self._started = False
+        self.leading = False
         self.synced = asyncio.Event()  # set after every completed sync (tests wait on conditions)
 
     # ------------------------------------------------------------------ lifecycle
@@ -258,25 +278,58 @@ class Controller:
     def wake(self) -> None:
         self._wake.set()
 
-    async def start(self, timeout: float = 60.0) -> None:
+    @property
+    def informers_synced(self) -> bool:
+        return all(i.has_synced for i in self.informers)
+
+    async def start(self, timeout: float = 60.0, *, lead: bool = True) -> None:
+        """Start the informers and wait for them; with ``lead`` also start admitting and evicting
+        (without: a standby, :meth:`begin_leading` when it gets the Lease)."""
         for i in self.informers:
             i.start()
         await asyncio.gather(*(i.wait_synced(timeout) for i in self.informers))
+        self._started = True
+        if lead:
+            await self.begin_leading()
+
+    async def begin_leading(self) -> None:
+        """Become the acting controller: rebuild the record from the ledger and the Workloads (another
+        replica may have admitted and evicted meanwhile), then run the sync loop."""
+        if self.leading:
+            return
+        self.admitted.clear()
+        self.admissions.clear()
+        self.status_todo.clear()
+        self.evicting.clear()
+        self._ledger_cqs.clear()
+        self._ledger_lqs.clear()
         await self._sync_ledger_queues()
         await self.recover()
-        self._started = True
+        self.leading = True
         self._task = asyncio.create_task(self._loop(), name="queueing-controller")
         self._wake.set()
 
-    async def stop(self) -> None:
-        for h in (self._retry_handle, self._queue_status_handle):
+    async def end_leading(self, graceful: bool = True) -> None:
+        """Stop admitting and evicting. ``graceful``: the step in progress finishes first."""
+        self.leading = False
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if graceful:
+            async with self._step:
+                task.cancel()
+        else:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        for h in (self._retry_handle, self._queue_status_handle, *self._timer_handles.values()):
             if h is not None:
                 h.cancel()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._retry_handle = self._queue_status_handle = None
+        self._timer_handles.clear()
+
+    async def stop(self, graceful: bool = False) -> None:
+        await self.end_leading(graceful)
         for i in self.informers:
             await i.stop()
 
@@ -284,15 +337,35 @@ class Controller:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            try:
-                await self.sync()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.stats.errors += 1
-                log.exception("sync failed; retrying")
-                self._retry_later()
+            async with self._step:
+                if not self.leading:
+                    return
+                try:
+                    await self.sync()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    self.stats.errors += 1
+                    log.exception("sync failed; retrying")
+                    self._retry_later()
             self.synced.set()
+
+    def _wake_at(self, t: float) -> None:
+        """Wake the loop when the controller's clock reaches ``t`` (a backoff or a timeout ends).
+        With an injected clock the test advances it and calls :meth:`wake`."""
+        delay = t - self.clock()
+        if delay <= 0:
+            self._wake.set()
+            return
+        key = round(t, 3)
+        if key in self._timer_handles or not self.leading:
+            return
+
+        def fire() -> None:
+            self._timer_handles.pop(key, None)
+            self._wake.set()
+
+        self._timer_handles[key] = asyncio.get_running_loop().call_later(min(delay, 3600.0), fire)
 
     def _retry_later(self) -> None:
         if self._retry_handle is None or self._retry_handle.cancelled():
@@ -342,7 +415,10 @@ class Controller:
             elif isinstance(a, RevokeAdmission | EvictAdmission):
                 revoked.add(a.workload_uid)
                 wl = by_uid.get(a.workload_uid)
-                if wl is not None:
+                if wl is not None and wl.status.is_true(EVICTED):
+                    # the ledger released the eviction; the requeue status write was lost: redo it
+                    await self._requeue(wl, self._evicting_from(wl))
+                elif wl is not None:
                     await self._revoke(wl, "the ledger holds no admission for it")
             elif isinstance(a, RecordWorkload):
                 wl = by_uid.get(a.workload_uid)
@@ -363,9 +439,29 @@ class Controller:
                     creation_time=_epoch(wl.metadata.creation_timestamp),
                 )
                 self.admissions[uid] = wl.status.admission
+                if wl.status.is_true(EVICTED):
+                    self.evicting[uid] = self._evicting_from(wl)  # resume the eviction
             except FromApiError as e:
                 log.warning("cannot rebuild the admission of %s: %s", wl.key, e)
-        log.info("recovered %d admissions from the ledger", len(self.admitted))
+        log.info(
+            "recovered %d admissions from the ledger (%d being evicted)",
+            len(self.admitted),
+            len(self.evicting),
+        )
+
+    def _evicting_from(self, wl: Workload) -> Evicting:
+        c = wl.status.condition(EVICTED)
+        reason = c.reason if c is not None else ev.PREEMPTED
+        message = c.message if c is not None else ""
+        started = _epoch(c.last_transition_time) if c is not None else self.clock()
+        return Evicting(
+            wl.metadata.uid or "",
+            wl.key,
+            reason,
+            message,
+            started or self.clock(),
+            ev.preemptor_uid_of(message),
+        )
 
     async def _revoke(self, wl: Workload, why: str) -> None:
         now = self.clock()
@@ -384,6 +480,8 @@ class Controller:
         await self._sync_pod_groups()
         await self._forget_deleted()
         await self._write_pending_status()
+        await self._drive_evictions()
+        await self._check_admitted()
         await self._schedule()
         await self._bind()
         await self._queue_status()
@@ -542,6 +640,8 @@ class Controller:
         self.admitted.pop(uid, None)
         self.admissions.pop(uid, None)
         self.status_todo.discard(uid)
+        self.evicting.pop(uid, None)
+        self.pods_ready_seen.discard(uid)
         reason = "Succeeded" if succeeded else "Failed"
         msg = "Job finished successfully" if succeeded else "Job failed"
         conds = with_condition(
@@ -561,6 +661,8 @@ class Controller:
             self.admitted.pop(uid, None)
             self.admissions.pop(uid, None)
             self.status_todo.discard(uid)
+            self.evicting.pop(uid, None)
+            self.pods_ready_seen.discard(uid)
 
     # ---- writes
     async def _patch(
@@ -617,7 +719,18 @@ class Controller:
                 continue  # admitted elsewhere (revoked at start if the ledger does not know it)
             by_key[wl.key] = wl
             try:
-                infos.append(workload_info(wl, ctx, creation_time=_epoch(wl.metadata.creation_timestamp)))
+                rs = wl.status.requeue_state
+                backoff = _epoch(rs.requeue_at) if rs is not None and rs.requeue_at else None
+                if backoff is not None and backoff > self.clock():
+                    self._wake_at(backoff)
+                infos.append(
+                    workload_info(
+                        wl,
+                        ctx,
+                        creation_time=_epoch(wl.metadata.creation_timestamp),
+                        backoff_until=backoff or None,
+                    )
+                )
             except FromApiError as e:
                 invalid[wl.key] = str(e)
         return infos, by_key, invalid
@@ -636,42 +749,129 @@ class Controller:
         )
         for key, msg in invalid.items():
             await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", msg))
-        if not pending:
+        draining = any(q.stop_policy == "HoldAndDrain" for q in specs.cluster_queues) or any(
+            q.stop_policy == "HoldAndDrain" for q in specs.local_queues
+        )
+        if not pending and not (draining and self.admitted):
             self.inactive_cluster_queues = {}
+            self._pending_metrics({}, by_key)
             return
+        admitted = tuple(
+            dataclasses.replace(a, evicting=True)
+            if (e := self.evicting.get(uid)) is not None and not e.stuck
+            else a
+            for uid, a in self.admitted.items()
+        )
         snapshot = ClusterSnapshot(
             cluster_queues=specs.cluster_queues,
             cohorts=specs.cohorts,
             local_queues=specs.local_queues,
             flavors=specs.flavors,
             pending=tuple(pending),
-            admitted=tuple(self.admitted.values()),
+            admitted=admitted,
             namespaces=specs.namespaces,
         )
         placer = DraPlacer(
             self.nodes.list(),
             self.slices.list(),
             self.device_classes.list(),
-            claims=self.claims.list(),
+            claims=self._placer_claims(),
             templates=self.templates.list(),
         )
         now = self.clock()
+        t0 = time.perf_counter()
         result = run_cycle(snapshot, placer, now, self.config.scheduling())
+        spent = time.perf_counter() - t0
         self.stats.cycles += 1
+        if pending:
+            self.metrics.admission_attempt("success" if result.admissions else "inadmissible", spent)
+            self.metrics.allocator(spent, allocated=bool(result.admissions or result.preemptions))
         self.inactive_cluster_queues = dict(result.inactive_cluster_queues)
         devices = DeviceIndex(self.slices.list())
         for adm in result.admissions:
             wl = by_key.get(adm.key)
             if wl is not None:
                 await self._admit(wl, adm, now, devices)
-        for plan in result.preemptions:  # executed by the eviction executor (issue 6)
+        admitted_by_key = {a.key: uid for uid, a in self.admitted.items()}
+        by_uid = {w.metadata.uid: w for w in self.workloads.list()}
+        for plan in result.preemptions:
             wl = by_key.get(plan.preemptor)
-            if wl is not None:
-                await self._set_pending(wl, PendingReason(plan.cluster_queue, "Preempting", plan.message))
+            if wl is None:
+                continue
+            for victim in plan.victims:
+                vuid = admitted_by_key.get(victim.key)
+                vwl = by_uid.get(vuid) if vuid else None
+                if vuid is None or vwl is None or vuid in self.evicting:
+                    continue  # already being evicted (a stuck victim is not evicted twice)
+                msg = ev.preemption_message(wl.key, wl.metadata.uid or "", plan.cluster_queue, victim.reason)
+                await self._start_eviction(
+                    vwl, ev.PREEMPTED, msg, preemptor=wl, preemption_reason=victim.reason
+                )
+                self.metrics.preempted(plan.cluster_queue, victim.reason)
+            await self._set_pending(wl, PendingReason(plan.cluster_queue, "Preempting", plan.message))
+        for drain in result.evictions:  # HoldAndDrain
+            vuid = admitted_by_key.get(drain.key)
+            vwl = by_uid.get(vuid) if vuid else None
+            if vuid is not None and vwl is not None and vuid not in self.evicting:
+                await self._start_eviction(vwl, drain.reason, drain.message)
         for key, reason in result.pending.items():
             wl = by_key.get(key)
             if wl is not None:
                 await self._set_pending(wl, reason)
+        self._pending_metrics(result.pending, by_key)
+
+    def _placer_claims(self) -> list[ResourceClaim]:
+        """The claims the placer sees as the cluster's own: a per-pod claim allocated with devices of an
+        admitted plan is left out (the plan holds those devices already; counted twice, evicting its
+        workload would not free them for the eviction planner)."""
+        held: set[tuple[str, str, str]] = set()
+        for adm in self.admissions.values():
+            held |= ev.planned_devices(adm)
+        out = []
+        for c in self.claims.list():
+            alloc = c.status.allocation
+            per_pod = any(o.kind == "Pod" for o in c.metadata.owner_references or [])
+            if (
+                per_pod
+                and alloc is not None
+                and alloc.devices is not None
+                and any((r.driver, r.pool, r.device) in held for r in alloc.devices.results or [])
+            ):
+                continue
+            out.append(c)
+        return out
+
+    def _pending_metrics(self, pending: Any, by_key: dict[str, Workload]) -> None:
+        """Gauges: pending (active / inadmissible) and admitted per ClusterQueue; quota usage."""
+        cq_of_lq = {lq.key: lq.spec.cluster_queue for lq in self.local_queues.list()}
+        counts: dict[str, list[int]] = {cq.name: [0, 0] for cq in self.cluster_queues.list()}
+        for key, wl in by_key.items():
+            reason = pending.get(key)
+            cq = (reason.cluster_queue if reason is not None else None) or cq_of_lq.get(
+                f"{wl.namespace or 'default'}/{wl.spec.queue_name}"
+            )
+            if cq is None or cq not in counts:
+                continue
+            bad = reason is not None and reason.reason in ("Inadmissible", "Deactivated")
+            counts[cq][1 if bad else 0] += 1
+        admitted: dict[str, int] = dict.fromkeys(counts, 0)
+        usage: dict[tuple[str, str, str], Any] = {}
+        for a in self.admitted.values():
+            admitted[a.cluster_queue] = admitted.get(a.cluster_queue, 0) + 1
+            for (flavor, resource), amount in a.usage.items():
+                k = (a.cluster_queue, flavor, resource)
+                usage[k] = usage.get(k, 0) + amount
+        for cq, (active, inadmissible) in counts.items():
+            self.metrics.set_pending(cq, active=active, inadmissible=inadmissible)
+        for cq, n in admitted.items():
+            self.metrics.set_admitted_active(cq, n)
+        for cq in self.cluster_queues.list():
+            for g in cq.spec.resource_groups or []:
+                for fq in g.flavors:
+                    for r in fq.resources:
+                        self.metrics.set_usage(
+                            cq.name, fq.name, r.name, float(usage.get((cq.name, fq.name, r.name), 0))
+                        )
 
     def _claim_specs(self, wl: Workload) -> dict[str, ResourceClaimSpec]:
         ns = wl.namespace or "default"
@@ -710,6 +910,9 @@ class Controller:
         self.pending_reasons.pop(wl.key, None)
         self.status_todo.add(uid)
         self.stats.admissions += 1
+        waited = now - _epoch(wl.metadata.creation_timestamp) if wl.metadata.creation_timestamp else None
+        self.metrics.quota_reserved(adm.cluster_queue, waited)
+        self.metrics.admitted(adm.cluster_queue, waited)
         await self._write_admission(wl, admission, now)
 
     async def _write_admission(self, wl: Workload, admission: Admission, now: float) -> None:
@@ -728,6 +931,9 @@ class Controller:
         conds = with_condition(
             conds, ADMITTED, "True", "Admitted", f"The workload is admitted by ClusterQueue {cq}", now, gen
         )
+        for done in (EVICTED, PREEMPTED):  # a requeued workload admitted again
+            if wl.status.is_true(done):
+                conds = with_condition(conds, done, "False", "Admitted", "admitted again", now, gen)
         try:
             out = await self._patch_status(
                 wl,
@@ -784,6 +990,233 @@ class Controller:
         self.pending_reasons[wl.key] = reason
         await self.events.emit(wl, "Normal", reason.reason, text)
 
+    # ---- eviction (see queueing/controller/evict.py for the steps)
+    async def _start_eviction(
+        self,
+        wl: Workload,
+        reason: str,
+        message: str,
+        *,
+        preemptor: Workload | None = None,
+        preemption_reason: str | None = None,
+    ) -> None:
+        """Step 1: the Workload says Evicted (durable: a restart resumes from it); then stop its pods."""
+        uid = wl.metadata.uid or ""
+        if uid in self.evicting or uid not in self.admitted:
+            return
+        now = self.clock()
+        gen = wl.metadata.generation
+        conds = with_condition(wl.status.conditions, EVICTED, "True", reason, message, now, gen)
+        if preemption_reason is not None:
+            conds = with_condition(conds, PREEMPTED, "True", preemption_reason, message, now, gen)
+        out = await self._patch_status(wl, {"conditions": _dump(conds)})
+        self.evicting[uid] = Evicting(
+            uid, wl.key, reason, message, now, preemptor.metadata.uid if preemptor is not None else None
+        )
+        self.metrics.evicted(self.admitted[uid].cluster_queue, reason)
+        log.info("evicting %s: %s", wl.key, message)
+        await self.events.emit(out or wl, "Normal", "Preempted" if preemption_reason else "Evicted", message)
+        await self._stop_pods(out or wl, message)
+        self._wake_at(now + self.eviction_timeout)
+
+    async def _stop_pods(self, wl: Workload, why: str) -> None:
+        """Suspend the Job (its pods are deleted by the Job controller) or delete a pod group's pods."""
+        job = self._job_of(wl)
+        if job is not None:
+            if not job.spec.suspend and not job_finished(job)[0]:
+                # (the planned node in the template is replaced at the next admission: the template
+                # may only change while the Job is suspended)
+                raw = await retrying(
+                    lambda: self.kube.patch(JOBS, job.name, {"spec": {"suspend": True}}, job.namespace),
+                    what=f"suspend Job {job.key}",
+                )
+                self.jobs.observe(raw)
+                self.stats.suspended += 1
+                await self.events.emit(job, "Normal", "Suspended", f"evicted: {why}")
+            return
+        group = wl.labels.get(POD_GROUP_LABEL)
+        if group:
+            for p in self._groups().get((wl.namespace or "default", group), []):
+                if not _ended(p) and not p.metadata.deletion_timestamp:
+                    try:
+                        await retrying(
+                            lambda p=p: self.kube.delete(PODS, p.name, p.namespace),  # type: ignore[misc]
+                            what=f"delete Pod {p.key}",
+                        )
+                    except Exception as e:
+                        if not is_not_found(e):
+                            raise
+
+    def _holders(self, wl: Workload, admission: Admission) -> tuple[list[Pod], list[ResourceClaim]]:
+        """The victim's pods that still run and the claims that still hold one of its planned devices."""
+        uid = wl.metadata.uid or ""
+        pods = [p for p in self.pods.list() if p.labels.get(WORKLOAD_UID_LABEL) == uid]
+        group = wl.labels.get(POD_GROUP_LABEL)
+        if group and self._job_of(wl) is None:
+            pods += [
+                p
+                for p in self.group_pods.list()
+                if p.labels.get(POD_GROUP_LABEL) == group and p.namespace == wl.namespace
+            ]
+        live = [p for p in pods if not _ended(p)]
+        planned = ev.planned_devices(admission)
+        claims = []
+        for c in self.claims.list():
+            if c.namespace != wl.namespace or c.status.allocation is None:
+                continue
+            results = c.status.allocation.devices.results or [] if c.status.allocation.devices else []
+            if any((r.driver, r.pool, r.device) in planned for r in results):
+                claims.append(c)
+        return live, claims
+
+    async def _drive_evictions(self) -> None:
+        """Step 2 for every eviction in progress; step 3 and 4 for those whose pods and claims are gone."""
+        by_uid = {w.metadata.uid: w for w in self.workloads.list()}
+        now = self.clock()
+        for uid, e in sorted(self.evicting.items()):
+            wl = by_uid.get(uid)
+            admission = self.admissions.get(uid)
+            if wl is None or admission is None:
+                self.evicting.pop(uid, None)
+                continue
+            live, claims = self._holders(wl, admission)
+            if live:
+                await self._stop_pods(wl, e.message)  # again after a restart or a user's unsuspend
+            live_uids = {p.metadata.uid for p in live}
+            shared = ev.shared_claims(admission)
+            for c in claims:
+                users = [r for r in c.status.reserved_for or [] if r.get("uid") in live_uids]
+                if c.name in shared and not users and not live:
+                    # the controller wrote this allocation (plan binding): it takes it back
+                    raw = await self._patch(
+                        RESOURCE_CLAIMS,
+                        c.name,
+                        {"status": {"allocation": None, "reservedFor": None}},
+                        c.namespace,
+                        subresource="status",
+                        what=f"deallocate ResourceClaim {c.key}",
+                    )
+                    self.claims.observe(raw)
+            if live or claims:
+                if not e.stuck and now - e.started >= self.eviction_timeout:
+                    e.stuck = True
+                    msg = (
+                        f"{e.key} did not go away within {self.eviction_timeout:g}s "
+                        f"({len(live)} pod(s), {len(claims)} claim(s) left); its preemptor's plan is recomputed"
+                    )
+                    log.warning("%s", msg)
+                    await self.events.emit(wl, "Warning", "EvictionStuck", msg)
+                continue
+            # step 3: the ledger releases the quota and records the eviction
+            with contextlib.suppress(NotAdmitted):  # released before a restart: only the requeue was lost
+                await self.ledger.evict(
+                    uid, at=now, reason=e.reason, preemptor_uid=e.preemptor_uid, message=e.message
+                )
+            self.admitted.pop(uid, None)
+            self.admissions.pop(uid, None)
+            self.status_todo.discard(uid)
+            self.pods_ready_seen.discard(uid)
+            self.evicting.pop(uid, None)
+            await self._requeue(wl, e)
+
+    async def _requeue(self, wl: Workload, e: Evicting) -> None:
+        """Step 4: QuotaReserved/Admitted False, Requeued with backoff, or deactivated."""
+        now = self.clock()
+        gen = wl.metadata.generation
+        strategy = self.config.wait_for_pods_ready.requeuing_strategy
+        count = wl.status.requeue_state.count or 0 if wl.status.requeue_state is not None else 0
+        decision = next_requeue(count, now, strategy)
+        if decision.deactivate and e.reason != ev.PODS_READY_TIMEOUT:
+            # the backoff limit is waitForPodsReady's; other evictions are always requeued
+            decision = next_requeue(count, now, strategy.model_copy(update={"backoff_limit_count": None}))
+        why = f"evicted ({e.reason}): {e.message}"
+        conds = with_condition(wl.status.conditions, QUOTA_RESERVED, "False", e.reason, why, now, gen)
+        conds = with_condition(conds, ADMITTED, "False", e.reason, why, now, gen)
+        if decision.deactivate:
+            raw = await self._patch(
+                WORKLOADS, wl.name, {"spec": {"active": False}}, wl.namespace, what=f"deactivate {wl.key}"
+            )
+            self.workloads.observe(raw)
+            conds = with_condition(
+                conds, EVICTED, "True", "DeactivatedDueToRequeuingLimitExceeded", decision.message, now, gen
+            )
+            conds = with_condition(conds, REQUEUED, "False", "Deactivated", decision.message, now, gen)
+            status: dict[str, Any] = {"conditions": _dump(conds), "admission": None, "reason": "Deactivated"}
+        else:
+            assert decision.requeue_at is not None
+            conds = with_condition(
+                conds,
+                REQUEUED,
+                "True",
+                e.reason,
+                f"requeued after eviction ({e.reason}); {decision.message}",
+                now,
+                gen,
+            )
+            status = {
+                "conditions": _dump(conds),
+                "admission": None,
+                "reason": f"requeued after eviction ({e.reason})",
+                "requeueState": {"count": decision.count, "requeueAt": fmt_time(decision.requeue_at)},
+            }
+            self._wake_at(decision.requeue_at)
+        await self._patch_status(wl, status)
+        await self.events.emit(
+            wl,
+            "Normal",
+            "Requeued" if not decision.deactivate else "Deactivated",
+            f"quota released; {decision.message}",
+        )
+
+    async def _check_admitted(self) -> None:
+        """waitForPodsReady and lost placements: evict an admitted Workload whose pods are not all
+        Ready within the timeout, whose planned node is gone, or whose planned device is tainted
+        NoExecute."""
+        wfpr = self.config.wait_for_pods_ready
+        by_uid = {w.metadata.uid: w for w in self.workloads.list()}
+        nodes = {n.name for n in self.nodes.list()}
+        tainted = _tainted_devices(self.slices.list())
+        now = self.clock()
+        for uid in sorted(self.admitted):
+            if uid in self.evicting or uid in self.status_todo:
+                continue
+            wl = by_uid.get(uid)
+            admission = self.admissions.get(uid)
+            if wl is None or admission is None or wl.status.is_true(FINISHED):
+                continue
+            gone = sorted(ev.planned_nodes(admission) - nodes)
+            if gone and nodes:
+                await self._start_eviction(
+                    wl, ev.NODE_LOST, f"planned node(s) {', '.join(gone)} no longer exist"
+                )
+                continue
+            bad = sorted(ev.planned_devices(admission) & tainted)
+            if bad:
+                names = ", ".join("/".join(d) for d in bad)
+                await self._start_eviction(
+                    wl, ev.DEVICE_TAINTED, f"planned device(s) {names} are tainted with effect NoExecute"
+                )
+                continue
+            if not wfpr.enable or uid in self.pods_ready_seen:
+                continue
+            want = sum(psa.count or len(psa.placements or []) for psa in admission.pod_set_assignments)
+            live, _ = self._holders(wl, admission)
+            ready = sum(1 for p in live if _pod_ready(p))
+            if want and ready >= want:
+                self.pods_ready_seen.add(uid)
+                continue
+            job = self._job_of(wl)
+            timeout = ev.pods_ready_timeout(wl, wfpr.timeout, job.annotations if job is not None else None)
+            deadline = self.admitted[uid].admission_time + timeout
+            if now >= deadline:
+                await self._start_eviction(
+                    wl,
+                    ev.PODS_READY_TIMEOUT,
+                    f"Exceeded the PodsReady timeout {timeout:g}s: {ready} of {want} pod(s) Ready",
+                )
+            else:
+                self._wake_at(deadline)
+
     # ---- plan binding
     async def _bind(self) -> None:
         by_uid = {w.metadata.uid: w for w in self.workloads.list()}
@@ -792,7 +1225,7 @@ class Controller:
             pods_by_wl.setdefault(p.labels.get(WORKLOAD_UID_LABEL, ""), []).append(p)
         groups = self._groups()
         for uid in sorted(self.admitted):
-            if uid in self.status_todo:
+            if uid in self.status_todo or uid in self.evicting:
                 continue
             wl = by_uid.get(uid)
             admission = self.admissions.get(uid)
@@ -866,6 +1299,10 @@ class Controller:
         nodes = {p.node_name for p in psa.placements or []}
         if len(nodes) == 1:
             spec["nodeSelector"] = {HOSTNAME_LABEL: next(iter(nodes))}
+        elif HOSTNAME_LABEL in (job.spec.template.spec.node_selector or {}):
+            ps = wl.pod_set(psa.name)
+            if ps is None or HOSTNAME_LABEL not in (ps.template.spec.node_selector or {}):
+                spec["nodeSelector"] = {HOSTNAME_LABEL: None}  # a previous admission's node
         if needs_gate(admission, psa.name, self.full, self._template_claims(wl, psa.name)):
             spec["schedulingGates"] = [{"name": GATE_PLACEMENT}]
         if spec:
@@ -1065,3 +1502,18 @@ def _status_dict(obj: ClusterQueue | LocalQueue) -> dict[str, Any]:
 def _cond_time(wl: Workload, type_: str) -> str | None:
     c = wl.status.condition(type_)
     return c.last_transition_time if c is not None else None
+
+
+def _pod_ready(pod: Pod) -> bool:
+    if pod.status.phase == "Succeeded":
+        return True
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def _tainted_devices(slices: Iterable[ResourceSlice]) -> set[tuple[str, str, str]]:
+    out: set[tuple[str, str, str]] = set()
+    for sl in slices:
+        for d in sl.spec.devices or []:
+            if any(t.effect == "NoExecute" for t in d.taints or []):
+                out.add((sl.spec.driver, sl.spec.pool.name, d.name))
+    return out

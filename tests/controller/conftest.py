@@ -31,6 +31,19 @@ NODES = ("node-a", "node-b")
 GPUS_PER_NODE = 4
 
 
+class ManualTime:
+    """An injected controller clock (epoch seconds) that moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.t = time.time()
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
 async def eventually(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
     """Wait until ``check()`` is truthy (a condition with a generous timeout, never a fixed sleep)."""
     deadline = time.monotonic() + timeout
@@ -62,7 +75,9 @@ def cluster_objects(gpus_per_node: int = GPUS_PER_NODE, nominal: int = 8) -> lis
                 "resourceGroups": [
                     {
                         "coveredResources": [GPU_CLASS],
-                        "flavors": [{"name": "default", "resources": [{"name": GPU_CLASS, "nominalQuota": nominal}]}],
+                        "flavors": [
+                            {"name": "default", "resources": [{"name": GPU_CLASS, "nominalQuota": nominal}]}
+                        ],
                     }
                 ],
             },
@@ -83,7 +98,9 @@ def cluster_objects(gpus_per_node: int = GPUS_PER_NODE, nominal: int = 8) -> lis
                 "spec": {
                     "spec": {
                         "devices": {
-                            "requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS, "count": count}}]
+                            "requests": [
+                                {"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS, "count": count}}
+                            ]
                         }
                     }
                 },
@@ -195,14 +212,17 @@ async def ledger(tmp_path: Path) -> AsyncIterator[Ledger]:
 class Harness:
     """A controller process that can be started, stopped and restarted against the same ledger."""
 
-    def __init__(self, emu: Emulator, ledger: Ledger, config: Config) -> None:
+    def __init__(self, emu: Emulator, ledger: Ledger, config: Config, **controller_kwargs: Any) -> None:
         self.emu, self.ledger, self.config = emu, ledger, config
+        self.controller_kwargs = controller_kwargs  # e.g. clock=, eviction_timeout=
         self.controller: Controller | None = None
         self._api: Any = None
 
     async def start(self) -> Controller:
         self._api = api_client_for_url(self.emu.url, token=CONTROLLER_TOKEN)
-        self.controller = Controller(KubeClient(self._api, timeout=5.0), self.ledger, self.config)
+        self.controller = Controller(
+            KubeClient(self._api, timeout=5.0), self.ledger, self.config, **self.controller_kwargs
+        )
         await self.controller.start()
         return self.controller
 

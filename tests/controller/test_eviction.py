@@ -1,0 +1,173 @@
+"""Eviction end to end (emulator, real client): a high-priority Job evicts a lower-priority one holding
+the GPUs it needs; the victim's pods and claims go, the preemptor lands on exactly the freed devices,
+the victim is requeued with backoff and runs again later. Time is the controller's injected clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from queueing.config import Config
+from queueing.kube.client import JOBS, KubeClient
+from queueing.ledger import models as m
+from queueing.ledger.repository import Ledger
+from queueing.testing import Emulator
+from tests.controller.conftest import Harness, ManualTime, eventually, job
+from tests.controller.standins import StandIns
+from tests.controller.test_admission import cond, get, is_true, items, job_pods, running, workload
+
+WPC = "workloadpriorityclasses"
+
+
+def priority_classes(emu: Emulator) -> None:
+    emu.load_objects(
+        [
+            {"apiVersion": "queueing.dra.io/v1beta1", "kind": "WorkloadPriorityClass",
+             "metadata": {"name": name}, "value": value}
+            for name, value in (("low", 10), ("mid", 20), ("high", 100))
+        ]
+    )  # fmt: skip
+    cq = emu.store.get(emu.store.resource("clusterqueues", "queueing.dra.io"), None, "team")
+    cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    emu.store.update(emu.store.resource("clusterqueues", "queueing.dra.io"), None, "team", cq)
+
+
+def prio_job(name: str, priority: str, **kw: Any) -> dict[str, Any]:
+    body = job(name, **kw)
+    body["metadata"]["labels"]["queueing.dra.io/priority-class"] = priority
+    return body
+
+
+def plan_devices(wl: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (d["driver"], d["pool"], d["device"])
+        for psa in wl["status"]["admission"]["podSetAssignments"]
+        for p in psa["placements"]
+        for c in p["claims"]
+        for d in c["devices"]
+    }
+
+
+def allocated(emu: Emulator) -> dict[str, set[tuple[str, str, str]]]:
+    out = {}
+    for c in items(emu, "resourceclaims", "resource.k8s.io"):
+        alloc = (c.get("status") or {}).get("allocation")
+        if alloc:
+            out[c["metadata"]["name"]] = {
+                (r["driver"], r["pool"], r["device"]) for r in alloc["devices"]["results"]
+            }
+    return out
+
+
+@pytest.fixture
+def clock() -> ManualTime:
+    return ManualTime()
+
+
+@pytest.fixture
+def config() -> Config:
+    return Config(
+        wait_for_pods_ready={
+            "enable": False,
+            "requeuing_strategy": {"backoff_base_seconds": 10, "backoff_max_seconds": 100},
+        }
+    )
+
+
+@pytest.fixture
+async def harness(emu: Emulator, ledger: Ledger, config: Config, clock: ManualTime) -> AsyncIterator[Harness]:
+    h = Harness(emu, ledger, config, clock=clock)
+    try:
+        yield h
+    finally:
+        await h.stop()
+
+
+async def test_high_priority_job_preempts_and_victim_runs_again(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger, clock: ManualTime
+) -> None:
+    priority_classes(emu)
+    ctl = await harness.start()
+    await admin.create(JOBS, prio_job("low", "low", template="gpu-4"))
+    await eventually(lambda: running(emu, "low", 1), "low runs")
+    await admin.create(JOBS, prio_job("mid", "mid", template="gpu-4"))
+    await eventually(lambda: running(emu, "mid", 1), "mid runs")  # every GPU of both nodes is in use
+    low_wl = workload(emu, "job-low")
+    assert low_wl is not None
+    low_devices = plan_devices(low_wl)
+    assert len(low_devices) == 4
+    (low_pod,) = job_pods(emu, "low")
+
+    await admin.create(JOBS, prio_job("high", "high", template="gpu-4"))
+    # the lowest-priority Job is the victim, named with its preemptor
+    evicted = await eventually(lambda: cond(workload(emu, "job-low"), "Evicted"), "low is evicted")
+    assert evicted["status"] == "True" and evicted["reason"] == "Preempted"
+    assert "default/job-high" in evicted["message"] and "InClusterQueue" in evicted["message"]
+    preempted = cond(workload(emu, "job-low"), "Preempted")
+    assert preempted is not None and preempted["reason"] == "InClusterQueue"
+    assert is_true(workload(emu, "job-mid"), "Admitted") and not cond(workload(emu, "job-mid"), "Evicted")
+
+    high = await eventually(lambda: running(emu, "high", 1), "high runs")
+    high_wl = workload(emu, "job-high")
+    assert high_wl is not None and plan_devices(high_wl) == low_devices  # exactly the freed GPUs
+    # the victim's pod and its claim are gone; the preemptor's claim holds those devices
+    assert get(emu, "pods", low_pod["metadata"]["name"]) is None
+    assert not job_pods(emu, "low")
+    claims = allocated(emu)
+    holders = [name for name, devs in claims.items() if devs & low_devices]
+    assert len(holders) == 1 and holders[0].startswith(high[0]["metadata"]["name"])
+    assert get(emu, "jobs", "low", "batch")["spec"]["suspend"] is True  # type: ignore[index]
+
+    low_wl = workload(emu, "job-low")
+    assert low_wl is not None
+    assert not is_true(low_wl, "QuotaReserved") and "admission" not in low_wl["status"]
+    assert is_true(low_wl, "Requeued")
+    assert low_wl["status"]["requeueState"]["count"] == 1
+    assert cond(low_wl, "Admitted")["reason"] == "Preempted"  # type: ignore[index]
+
+    # the ledger: the eviction is recorded with its preemptor, before the preemptor's admission
+    async with ledger.engine.connect() as c:
+        (row,) = (await c.execute(select(m.Eviction))).all()
+        adms = (await c.execute(select(m.Admission).order_by(m.Admission.id))).all()
+    assert row.workload_uid == low_wl["metadata"]["uid"] and row.reason == "Preempted"
+    assert row.preemptor_uid == high_wl["metadata"]["uid"]
+    assert row.freed_device_count == 4
+    high_adm = next(a for a in adms if a.workload_uid == high_wl["metadata"]["uid"])
+    low_adm = next(a for a in adms if a.workload_uid == low_wl["metadata"]["uid"])
+    assert low_adm.released_at_ms is not None and low_adm.release_reason == "Preempted"
+    assert row.evicted_at_ms <= high_adm.admitted_at_ms
+    state = await ledger.load_state()
+    assert set(state.admissions) == {high_wl["metadata"]["uid"], workload(emu, "job-mid")["metadata"]["uid"]}  # type: ignore[index]
+
+    # the preemptor finishes; the victim still waits for its backoff, then runs again
+    assert cluster.finish_pods("default", "high") == 1
+    await eventually(lambda: is_true(workload(emu, "job-high"), "Finished"), "high finishes")
+    reason = await eventually(
+        lambda: (c := cond(workload(emu, "job-low"), "QuotaReserved")) and c["reason"] == "Backoff" and c,
+        "low waits for its backoff",
+    )
+    assert "backoff" in reason["message"]
+    assert not job_pods(emu, "low")
+    clock.advance(11)  # past the 10 s backoff
+    ctl.wake()
+    await eventually(lambda: running(emu, "low", 1), "low runs again")
+    low_wl = workload(emu, "job-low")
+    assert is_true(low_wl, "Admitted") and not is_true(low_wl, "Evicted")
+    assert (
+        ctl.metrics.value(
+            "queueing_evicted_workloads_total", {"cluster_queue": "team", "reason": "Preempted"}
+        )
+        == 1
+    )
+    assert (
+        ctl.metrics.value(
+            "queueing_preempted_workloads_total",
+            {"preempting_cluster_queue": "team", "reason": "InClusterQueue"},
+        )
+        == 1
+    )
+    assert not cluster.errors
+    assert not emu.authorizer.denied  # type: ignore[union-attr]
