@@ -60,6 +60,7 @@ class StandIns:
             "classes": self.store.resource("deviceclasses", "resource.k8s.io"),
         }
         self._task: asyncio.Task[None] | None = None
+        self.not_ready_jobs: set[str] = set()  # the kubelet never gets these Jobs' pods Ready
         self.pods_created = 0
         self.errors: list[str] = []
 
@@ -277,6 +278,8 @@ class StandIns:
     def _kubelet(self) -> None:
         for pod in self._list("pods"):
             spec, status = pod.get("spec") or {}, pod.get("status") or {}
+            if pod["metadata"].get("labels", {}).get(JOB_NAME_LABEL) in self.not_ready_jobs:
+                continue  # e.g. an image that never pulls
             if spec.get("nodeName") and status.get("phase") == "Pending":
                 conds = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
                 conds.append({"type": "Ready", "status": "True"})
