@@ -77,7 +77,7 @@ async def test_pods_ready_timeout_evicts_requeues_with_backoff_then_deactivates(
         ev = await eventually(lambda: (c := cond(workload(emu, "job-slow"), "Evicted")) and c["status"] == "True" and c,
                               "evicted for PodsReadyTimeout")  # fmt: skip
         assert ev["reason"] == "PodsReadyTimeout" and "0 of 1 pod(s) Ready" in ev["message"]
-        await eventually(lambda: requeue_count(emu, "job-slow") == attempt, f"requeued {attempt}")
+        await eventually(lambda n=attempt: requeue_count(emu, "job-slow") == n, f"requeued {attempt}")
         assert not job_pods(emu, "slow")  # the Job was suspended, its pod is gone
         wl = workload(emu, "job-slow")
         assert wl is not None and not is_true(wl, "QuotaReserved") and is_true(wl, "Requeued")
