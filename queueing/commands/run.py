@@ -6,8 +6,12 @@ The configuration comes from ``--config``, else the file named by ``$QUEUEING_CO
 ``QUEUEING_*`` environment variables (docs/configuration.md). Without ``--kubeconfig`` the in-cluster
 service account is used (falling back to ``$KUBECONFIG`` / ``~/.kube/config`` outside a cluster).
 The ledger's schema is upgraded to the current revision at start unless ``--skip-migrations``.
-SIGTERM or SIGINT stop it cleanly (the current step finishes, informers close). Exit codes: 0 after a
-clean stop, 2 for a bad configuration or an unreachable cluster or database at start.
+With ``leaderElection.leaderElect`` (the default) the replica campaigns for the Lease and only admits
+and evicts while it holds it; ``/metrics`` is served on ``metrics.bindAddress`` and ``/healthz`` and
+``/readyz`` on ``health.healthProbeBindAddress``; periodic jobs sample usage, re-sync, compact the
+ledger and re-check inadmissible workloads. SIGTERM or SIGINT stop it cleanly (the current step
+finishes, the leader term ends, the Lease is released, informers close). Exit codes: 0 after a clean
+stop, 2 for a bad configuration or an unreachable cluster or database at start.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _main(args: argparse.Namespace) -> int:
     from queueing.config import ConfigError, load_config
-    from queueing.controller.controller import Controller
+    from queueing.controller.process import ControllerProcess
     from queueing.kube.client import KubeClient, load_api_client
     from queueing.ledger.migrate import upgrade_async
     from queueing.ledger.repository import Ledger
@@ -55,7 +59,7 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"queueing run: cannot load the cluster configuration: {e}", file=sys.stderr)
         return 2
     ledger = Ledger.from_url(config.resolved_database_url())
-    controller: Controller | None = None
+    proc: ControllerProcess | None = None
     try:
         if not args.skip_migrations:
             try:
@@ -67,19 +71,30 @@ async def _main(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        controller = Controller(KubeClient(api), ledger, config)
+        proc = ControllerProcess(KubeClient(api), ledger, config)
         try:
-            await controller.start()
+            await proc.start()
         except TimeoutError:
             print("queueing run: the informers did not sync with the API server in time", file=sys.stderr)
             return 2
-        log.info("controller started (plan binding mode %s)", config.plan_binding_mode)
+        except OSError as e:
+            print(f"queueing run: cannot serve the metrics or probe endpoints: {e}", file=sys.stderr)
+            return 2
+        log.info(
+            "controller started (plan binding mode %s, identity %s, leader election %s)",
+            config.plan_binding_mode,
+            proc.identity,
+            "on" if proc.elector is not None else "off",
+        )
         await stop.wait()
-        log.info("stopping")
+        log.info("stopping: finishing the current step, releasing the lease")
         return 0
     finally:
-        if controller is not None:
-            await controller.stop()
+        if proc is not None:
+            try:
+                await proc.stop()
+            except Exception:
+                log.exception("error while stopping")
         await ledger.close()
         await api.close()
 

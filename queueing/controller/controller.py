@@ -127,6 +127,7 @@ from queueing.scheduling.from_api import (
     workload_info,
 )
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, workload_for_job, workload_for_pod_group
+from queueing.scheduling.ordering import decay_usage, usage_by_resource
 from queueing.scheduling.requeue import next_requeue
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
 
@@ -260,6 +261,13 @@ class Controller:
         self._recorded: set[str] = set()  # workload UIDs the ledger knows
         self._ledger_cqs: dict[str, LedgerClusterQueue] = {}
         self._ledger_lqs: dict[tuple[str, str], LedgerLocalQueue] = {}
+        # admission fair sharing: decayed usage per LocalQueue / ClusterQueue (resource -> amount),
+        # sampled by the usage-sampling periodic job, plus the entry penalties of each cycle
+        self.lq_usage: dict[str, dict[str, float]] = {}
+        self.cq_usage: dict[str, dict[str, float]] = {}
+        self._usage_sampled_at: float | None = None
+        # only act (admit, evict) while this says so (the leader elector's is_leader)
+        self.may_act: Callable[[], bool] = lambda: True
         self.evicting: dict[str, Evicting] = {}  # uid -> eviction in progress (pods/claims not gone yet)
         self.pods_ready_seen: set[str] = set()  # admitted workloads whose pods were all Ready once
         self._wake = asyncio.Event()
@@ -474,6 +482,8 @@ class Controller:
 
     # ------------------------------------------------------------------ one sync
     async def sync(self) -> None:
+        if not self.may_act():
+            return
         self.stats.syncs += 1
         await self._sync_ledger_queues()
         await self._sync_jobs()
@@ -770,6 +780,8 @@ class Controller:
             pending=tuple(pending),
             admitted=admitted,
             namespaces=specs.namespaces,
+            local_queue_usage=self.lq_usage,
+            cluster_queue_usage=self.cq_usage,
         )
         placer = DraPlacer(
             self.nodes.list(),
@@ -787,6 +799,17 @@ class Controller:
             self.metrics.admission_attempt("success" if result.admissions else "inadmissible", spent)
             self.metrics.allocator(spent, allocated=bool(result.admissions or result.preemptions))
         self.inactive_cluster_queues = dict(result.inactive_cluster_queues)
+        for store, pens in (
+            (self.lq_usage, result.local_queue_penalties),
+            (self.cq_usage, result.cluster_queue_penalties),
+        ):
+            for k, pen in pens.items():
+                u = store.setdefault(k, {})
+                for r, v in pen.items():
+                    u[r] = u.get(r, 0.0) + v
+        if not self.may_act():
+            log.warning("not the leader any more: the cycle's decisions are dropped")
+            return
         devices = DeviceIndex(self.slices.list())
         for adm in result.admissions:
             wl = by_key.get(adm.key)
@@ -890,6 +913,8 @@ class Controller:
 
     async def _admit(self, wl: Workload, adm: CycleAdmission, now: float, devices: DeviceIndex) -> None:
         uid = wl.metadata.uid or ""
+        if not self.may_act():
+            return
         admission = admission_status(adm)
         req = ledger_request(uid, adm, admission, self._claim_specs(wl), devices)
         await self._record(wl)
@@ -991,6 +1016,46 @@ class Controller:
         await self.events.emit(wl, "Normal", reason.reason, text)
 
     # ---- eviction (see queueing/controller/evict.py for the steps)
+    # ---- periodic jobs (queueing/controller/periodic.py runs them)
+    def sample_usage(self) -> None:
+        """Admission fair sharing: decay the LocalQueue/ClusterQueue usage toward what is admitted now."""
+        afs = self.config.admission_fair_sharing
+        if afs is None:
+            return
+        now = self.clock()
+        elapsed = (
+            afs.usage_sampling_interval if self._usage_sampled_at is None else now - self._usage_sampled_at
+        )
+        self._usage_sampled_at = now
+        cur_lq: dict[str, dict[str, float]] = {}
+        cur_cq: dict[str, dict[str, float]] = {}
+        for a in self.admitted.values():
+            for key, store in ((a.workload.queue_key, cur_lq), (a.cluster_queue, cur_cq)):
+                u = store.setdefault(key, {})
+                for r, v in usage_by_resource(a.usage).items():
+                    u[r] = u.get(r, 0.0) + v
+        for old, cur in ((self.lq_usage, cur_lq), (self.cq_usage, cur_cq)):
+            for key in sorted(set(old) | set(cur)):
+                d = decay_usage(old.get(key, {}), cur.get(key, {}), elapsed, afs.usage_half_life_time)
+                if d:
+                    old[key] = d
+                else:
+                    old.pop(key, None)
+        self.wake()
+
+    def resync(self) -> None:
+        """Full re-sync: the ledger's queues are written again if they differ and every Workload is
+        looked at again (the informers keep their caches current by watch; this catches anything a
+        write in between missed)."""
+        self._ledger_cqs.clear()
+        self._ledger_lqs.clear()
+        self.wake()
+
+    def recheck_inadmissible(self) -> None:
+        """Inadmissible workloads are tried again (periodically, and when slices change)."""
+        self.pending_reasons.clear()
+        self.wake()
+
     async def _start_eviction(
         self,
         wl: Workload,
@@ -1002,7 +1067,7 @@ class Controller:
     ) -> None:
         """Step 1: the Workload says Evicted (durable: a restart resumes from it); then stop its pods."""
         uid = wl.metadata.uid or ""
-        if uid in self.evicting or uid not in self.admitted:
+        if uid in self.evicting or uid not in self.admitted or not self.may_act():
             return
         now = self.clock()
         gen = wl.metadata.generation

@@ -6,14 +6,21 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
-from queueing.kube.client import JOBS, KubeClient
+from queueing.kube.client import JOBS, LEASES, KubeClient
 from queueing.testing import Emulator
 from tests.controller.conftest import eventually, job
 from tests.controller.standins import StandIns
 from tests.controller.test_admission import running
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 async def test_run_admits_and_stops_on_sigterm(
@@ -21,7 +28,12 @@ async def test_run_admits_and_stops_on_sigterm(
 ) -> None:
     emu.authorizer = None  # the kubeconfig's user is admin
     cfg = tmp_path / "config.yaml"
-    cfg.write_text("planBindingMode: Full\nlogLevel: info\n")
+    cfg.write_text(
+        "planBindingMode: Full\nlogLevel: info\nnamespace: default\n"
+        f"metrics:\n  bindAddress: 127.0.0.1:{free_port()}\n"
+        f"health:\n  healthProbeBindAddress: 127.0.0.1:{free_port()}\n"
+        "leaderElection:\n  leaseDuration: 3s\n  renewDeadline: 2s\n  retryPeriod: 1s\n"
+    )
     env = {
         **os.environ,
         "QUEUEING_CONFIG": str(cfg),
@@ -38,8 +50,11 @@ async def test_run_admits_and_stops_on_sigterm(
         proc.send_signal(signal.SIGTERM)
         _out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
-    assert "controller started (plan binding mode Full)" in err.decode()
+    text = err.decode()
+    assert "controller started (plan binding mode Full" in text and "leader election on" in text
     assert (tmp_path / "ledger.db").exists()
+    lease = await admin.get(LEASES, "queueing-controller", "default")
+    assert not lease["spec"].get("holderIdentity")  # released on SIGTERM
 
 
 async def test_run_rejects_a_bad_configuration(tmp_path: Path) -> None:

@@ -1,0 +1,196 @@
+"""One controller replica: the :class:`Controller`, leader election, metrics and probes, periodic jobs.
+
+``queueing run`` builds one of these; tests build several against one emulator::
+
+    proc = ControllerProcess(kube, ledger, config, identity="replica-a")
+    await proc.start()          # ledger run, HTTP, informers (warm), periodic jobs, campaign
+    ...
+    await proc.stop()           # graceful: the current step finishes, the Lease is released
+
+Only the holder of the Lease admits and evicts: on acquiring it the replica records a leader term in
+the ledger (``Ledger.begin_leader_term``), rebuilds its record from the ledger and the Workloads and
+starts the sync loop; on losing it (or on shutdown) it stops the loop — after the step in progress —
+and ends the term. A standby keeps its informers warm and its ``/readyz`` green once they synced.
+``Controller.may_act`` is the elector's ``is_leader`` (the last renewal is younger than the renew
+deadline), so a leader that cannot renew stops writing before another replica can take over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from queueing.config import Config
+from queueing.controller.controller import Controller
+from queueing.controller.http import ControllerHTTP
+from queueing.controller.metrics import ControllerMetrics
+from queueing.controller.periodic import INADMISSIBLE_RECHECK, PeriodicJobs
+from queueing.kube.client import KubeClient
+from queueing.kube.leader import Clock, LeaderElectionSettings, LeaderElector
+from queueing.ledger.repository import Ledger
+
+__all__ = ["ControllerProcess", "default_identity"]
+
+log = logging.getLogger("queueing.controller.process")
+
+
+def default_identity() -> str:
+    """client-go's convention: the host name (the pod name in a cluster) plus a unique suffix."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+class ControllerProcess:
+    def __init__(
+        self,
+        kube: KubeClient,
+        ledger: Ledger,
+        config: Config,
+        *,
+        identity: str | None = None,
+        clock: Callable[[], float] = time.time,
+        elector_clock: Clock | None = None,
+        serve_http: bool = True,
+        periodic: bool = True,
+        **controller_kwargs: Any,
+    ) -> None:
+        self.kube, self.ledger, self.config = kube, ledger, config
+        self.identity = identity or default_identity()
+        self.clock = clock
+        self.metrics = ControllerMetrics()
+        self.controller = Controller(
+            kube, ledger, config, clock=clock, metrics=self.metrics, **controller_kwargs
+        )
+        self.http = ControllerHTTP(self.metrics) if serve_http else None
+        if self.http is not None:
+            self.http.add_ready_check("informers", self._informers_check)
+            self.http.add_health_check("leader-election", lambda: "failed" if self._failed else None)
+        self.jobs = PeriodicJobs(config, metrics=self.metrics) if periodic else None
+        self.lease = f"{config.lease_namespace}/{config.leader_election.resource_name}"
+        self.elector: LeaderElector | None = None
+        if config.leader_election.leader_elect:
+            self.elector = LeaderElector(
+                kube,
+                LeaderElectionSettings.from_config(config, self.identity),
+                on_started_leading=self._started_leading,
+                on_stopped_leading=self._stopped_leading,
+                clock=elector_clock,
+            )
+            elector = self.elector
+            self.controller.may_act = lambda: elector.is_leader
+        self.run_id: str | None = None
+        self.term: int | None = None
+        self.terms: list[int] = []
+        self._elector_task: asyncio.Task[None] | None = None
+        self._failed = False
+        self._leading = False
+
+    def _informers_check(self) -> str | None:
+        if self.controller.informers_synced:
+            return None
+        waiting = [i.resource.plural for i in self.controller.informers if not i.has_synced]
+        return "not synced: " + ", ".join(waiting)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, timeout: float = 60.0) -> None:
+        self.run_id = await self.ledger.start_run(
+            identity=self.identity, at=self.clock(), details={"lease": self.lease}
+        )
+        if self.http is not None:
+            await self.http.start(
+                self.config.metrics.bind_address, self.config.health.health_probe_bind_address
+            )
+        self.controller.slices.add_handler(self._on_slices)
+        await self.controller.start(timeout, lead=False)
+        if self.jobs is not None:
+            c = self.controller
+            self.jobs.add_usage_sampling(c.sample_usage)
+            self.jobs.add_resync(c.resync)
+            self.jobs.add_compaction(self.ledger)
+            self.jobs.add_inadmissible_recheck(c.recheck_inadmissible)
+            run_id = self.run_id
+            self.jobs.add_heartbeat(lambda: self.ledger.heartbeat(run_id, at=self.clock()))
+            self.jobs.start()
+        self.metrics.set_leader(self.lease, False)
+        if self.elector is None:
+            await self._started_leading()
+        else:
+            self._elector_task = asyncio.create_task(self._campaign(), name=f"elector-{self.identity}")
+
+    async def _campaign(self) -> None:
+        assert self.elector is not None
+        try:
+            await self.elector.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._failed = True
+            log.exception("leader election failed")
+
+    def _on_slices(self, old: Any, new: Any) -> None:
+        if self.jobs is not None and self._leading:
+            self.jobs.trigger(INADMISSIBLE_RECHECK)  # event-driven re-check
+
+    async def _started_leading(self) -> None:
+        assert self.run_id is not None
+        self.term = await self.ledger.begin_leader_term(self.run_id, lease=self.lease, at=self.clock())
+        self.terms.append(self.term)
+        log.info("%s leads %s (term %d)", self.identity, self.lease, self.term)
+        self._leading = True
+        await self.controller.begin_leading()
+        self.metrics.set_leader(self.lease, True)
+        if self.jobs is not None:
+            self.jobs.set_leader(True)
+
+    async def _stopped_leading(self) -> None:
+        was = self._leading
+        self._leading = False
+        if self.jobs is not None:
+            self.jobs.set_leader(False)
+        self.metrics.set_leader(self.lease, False)
+        await self.controller.end_leading(graceful=True)
+        if was and self.run_id is not None:
+            await self.ledger.end_leader_term(self.run_id, lease=self.lease, at=self.clock())
+            log.info("%s stopped leading %s", self.identity, self.lease)
+
+    @property
+    def leading(self) -> bool:
+        return self._leading and self.controller.leading
+
+    async def stop(self) -> None:
+        """Graceful (SIGTERM): the current step finishes, the term ends, the Lease is released."""
+        if self.elector is not None:
+            await self.elector.stop(release=True)
+            if self._elector_task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._elector_task
+                self._elector_task = None
+        else:
+            await self._stopped_leading()
+        await self._close()
+
+    async def kill(self) -> None:
+        """A crash (tests): everything stops at once; the Lease is not released and expires."""
+        if self._elector_task is not None:
+            self._elector_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._elector_task
+            self._elector_task = None
+        self._leading = False
+        await self.controller.end_leading(graceful=False)
+        await self._close(stop_run=False)
+
+    async def _close(self, stop_run: bool = True) -> None:
+        if self.jobs is not None:
+            await self.jobs.shutdown(timeout=10.0)
+        await self.controller.stop()
+        if self.http is not None:
+            await self.http.stop()
+        if stop_run and self.run_id is not None:
+            await self.ledger.stop_run(self.run_id, at=self.clock())
