@@ -4,7 +4,11 @@ the victim is requeued with backoff and runs again later. Time is the controller
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,8 +90,33 @@ async def harness(emu: Emulator, ledger: Ledger, config: Config, clock: ManualTi
         await h.stop()
 
 
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def explain(emu: Emulator, tmp_path: Path, target: str) -> Ran:
+    """``queueing explain`` as a process, against the emulator (admin kubeconfig) and the test's ledger."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "queueing", "explain", target,
+        "--kubeconfig", str(emu.kubeconfig_path(tmp_path)), "--url", f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return Ran(proc.returncode, out.decode(), err.decode())
+
+
 async def test_high_priority_job_preempts_and_victim_runs_again(
-    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger, clock: ManualTime
+    emu: Emulator,
+    admin: KubeClient,
+    harness: Harness,
+    cluster: StandIns,
+    ledger: Ledger,
+    clock: ManualTime,
+    tmp_path: Path,
 ) -> None:
     priority_classes(emu)
     ctl = await harness.start()
@@ -151,6 +180,27 @@ async def test_high_priority_job_preempts_and_victim_runs_again(
     )
     assert "backoff" in reason["message"]
     assert not job_pods(emu, "low")
+
+    # queueing explain, as a person reads it: the victim (pending in backoff after an eviction)...
+    out = await explain(emu, tmp_path, "default/low")  # a Job's name finds its Workload
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "Workload default/job-low" in text
+    assert "State:     Pending — Backoff: requeue backoff until" in text
+    assert "Evicted:   Preempted: Preempted to accommodate workload default/job-high" in text
+    assert "Requeued:  1 time(s)" in text
+    assert "released (Preempted)" in text
+    assert "evicted (Preempted) by default/job-high" in text and "freed 4 of 4 planned device(s)" in text
+    # ... and the preemptor, finished, with the workload it preempted
+    out = await explain(emu, tmp_path, "default/job-high")
+    assert out.returncode == 0, out.stderr
+    assert "State:     Finished (Succeeded)" in out.stdout
+    assert "preempted default/job-low (Preempted, ClusterQueue team)" in out.stdout
+    assert "released (Succeeded)" in out.stdout
+    missing = await explain(emu, tmp_path, "default/nothing")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+    bad = await explain(emu, tmp_path, "no-slash")
+    assert bad.returncode == 2 and "NAMESPACE/WORKLOAD" in bad.stderr
     clock.advance(11)  # past the 10 s backoff
     ctl.wake()
     await eventually(lambda: running(emu, "low", 1), "low runs again")

@@ -11,6 +11,7 @@ import re
 import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -26,6 +27,7 @@ from queueing.testing import Emulator
 from tests.controller.conftest import CONTROLLER_TOKEN, eventually, job
 from tests.controller.standins import StandIns
 from tests.controller.test_admission import running
+from tests.controller.test_eviction import explain
 
 
 def free_port() -> int:
@@ -141,7 +143,7 @@ def sample(text: str, name: str, **labels: str) -> float | None:
 
 
 async def test_metrics_endpoint_shows_counters_moving_and_probes(
-    emu: Emulator, admin: KubeClient, replicas: Replicas, cluster: StandIns, config: Config
+    emu: Emulator, admin: KubeClient, replicas: Replicas, cluster: StandIns, config: Config, tmp_path: Path
 ) -> None:
     proc = await replicas.start("only", serve_http=True)
     assert proc.http is not None
@@ -186,6 +188,11 @@ async def test_metrics_endpoint_shows_counters_moving_and_probes(
                    resource="gpu.example.com") == 8.0
         )  # fmt: skip
         assert (sample(text, "queueing_allocator_duration_seconds_count", result="allocated") or 0) >= 1
+    # queueing explain for the waiting Job: pending, why, never admitted
+    out = await explain(emu, tmp_path, "default/job-m3")
+    assert out.returncode == 0, out.stderr
+    assert "State:     Pending — Pending: insufficient unused quota for gpu.example.com" in out.stdout
+    assert "the ledger does not know this workload (never admitted by the controller)" in out.stdout
     await proc.stop()  # graceful: the Lease is released at once
     lease = await admin.get(LEASES, "queueing-controller", "queueing-system")
     assert not lease["spec"].get("holderIdentity")

@@ -1,0 +1,247 @@
+"""``queueing explain NAMESPACE/WORKLOAD``: why a workload is pending, running or was evicted.
+
+    queueing explain NAMESPACE/WORKLOAD [--kubeconfig FILE] [--context NAME] [--url LEDGER_URL]
+
+From the cluster: the Workload's state, conditions (pending reason, eviction, requeue), requeue
+backoff and, when admitted, its plan (node and devices per pod). From the ledger: its admissions
+(when, where, which devices, how each ended) and evictions (why, by which preemptor), and the
+workloads it preempted. ``WORKLOAD`` may also be the name of a queued Job (its Workload is
+``job-NAME``). Exit codes: 0 explained, 1 no such workload, 2 on errors (cluster or database
+unreachable, bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+HELP = "Explain why a workload is pending or was evicted (from the cluster and the ledger)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", metavar="NAMESPACE/WORKLOAD", help="the Workload (or its Job's name)")
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then $KUBECONFIG)"
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    parser.add_argument(
+        "--url",
+        metavar="LEDGER_URL",
+        help="ledger database URL (default: $QUEUEING_DATABASE_URL, else the default)",
+    )
+
+
+class _NotFound(Exception):
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    ns, sep, name = args.workload.partition("/")
+    if not sep or not ns or not name:
+        print(f"queueing explain: expected NAMESPACE/WORKLOAD, got {args.workload!r}", file=sys.stderr)
+        return 2
+    try:
+        text = asyncio.run(_explain(ns, name, args))
+    except _NotFound as e:
+        print(f"queueing explain: {e}", file=sys.stderr)
+        return 1
+    except _Failed as e:
+        print(f"queueing explain: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+class _Failed(Exception):
+    pass
+
+
+async def _explain(ns: str, name: str, args: argparse.Namespace) -> str:
+    from queueing.api.v1beta1 import Workload
+    from queueing.controller.controller import WORKLOADS
+    from queueing.kube.client import KubeClient, load_api_client
+    from queueing.kube.writes import is_not_found
+
+    try:
+        api = await load_api_client(args.kubeconfig, args.context)
+    except Exception as e:
+        raise _Failed(f"cannot load the cluster configuration: {e}") from None
+    try:
+        kube = KubeClient(api, timeout=20.0)
+        raw = None
+        for candidate in (name, f"job-{name}"):
+            try:
+                raw = await kube.get(WORKLOADS, candidate, ns)
+                break
+            except Exception as e:
+                if not is_not_found(e):
+                    raise _Failed(f"cannot read Workload {ns}/{candidate}: {_short(e)}") from None
+        if raw is None:
+            raise _NotFound(f"Workload {ns}/{name} not found (nor job-{name})")
+        wl = Workload.model_validate(raw)
+    finally:
+        await api.close()
+    history = await _ledger_history(wl.metadata.uid or "", args.url)
+    return render(wl, history)
+
+
+def _short(e: Exception) -> str:
+    status = getattr(e, "status", None)
+    reason = getattr(e, "reason", None)
+    return f"{status} {reason}" if status else str(e).splitlines()[0]
+
+
+async def _ledger_history(uid: str, url: str | None) -> dict[str, Any]:
+    from sqlalchemy import or_, select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from queueing.ledger import models as m
+    from queueing.ledger.engine import LedgerConfigError, create_engine, database_url
+
+    try:
+        engine = create_engine(database_url(url))
+    except LedgerConfigError as e:
+        raise _Failed(str(e)) from None
+    try:
+        async with engine.connect() as c:
+            adms = (
+                await c.execute(
+                    select(m.Admission).where(m.Admission.workload_uid == uid).order_by(m.Admission.id)
+                )
+            ).all()
+            pods: dict[int, list[Any]] = {}
+            if adms:
+                for p in (
+                    await c.execute(
+                        select(m.AdmissionPod)
+                        .where(m.AdmissionPod.admission_id.in_([a.id for a in adms]))
+                        .order_by(m.AdmissionPod.admission_id, m.AdmissionPod.pod_index)
+                    )
+                ).all():
+                    pods.setdefault(p.admission_id, []).append(p)
+            evictions = (
+                await c.execute(
+                    select(m.Eviction)
+                    .where(or_(m.Eviction.workload_uid == uid, m.Eviction.preemptor_uid == uid))
+                    .order_by(m.Eviction.evicted_at_ms)
+                )
+            ).all()
+            others = {e.workload_uid for e in evictions} | {
+                e.preemptor_uid for e in evictions if e.preemptor_uid
+            }
+            names = {
+                r.uid: f"{r.namespace}/{r.name}"
+                for r in (await c.execute(select(m.Workload).where(m.Workload.uid.in_(others)))).all()
+            }
+            row = (await c.execute(select(m.Workload).where(m.Workload.uid == uid))).first()
+    except (SQLAlchemyError, OSError) as e:
+        msg = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+        raise _Failed(f"ledger: {msg}") from None
+    finally:
+        await engine.dispose()
+    return {"admissions": adms, "pods": pods, "evictions": evictions, "names": names, "row": row}
+
+
+def _ts(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def render(wl: Any, history: dict[str, Any]) -> str:
+    """The explanation as text (pure: the Workload model and the ledger rows)."""
+    st = wl.status
+    out: list[str] = []
+    uid = wl.metadata.uid or ""
+    out.append(f"Workload {wl.key} (uid {uid})")
+    out.append(
+        f"  Queue:     LocalQueue {wl.spec.queue_name}"
+        + (f", priority {wl.spec.priority}" if wl.spec.priority is not None else "")
+    )
+
+    def cond(t: str) -> Any:
+        return st.condition(t)
+
+    qr, ev, rq, fin = cond("QuotaReserved"), cond("Evicted"), cond("Requeued"), cond("Finished")
+    if fin is not None and fin.status == "True":
+        state = f"Finished ({fin.reason}): {fin.message}"
+    elif wl.spec.active is False:
+        state = "Deactivated (spec.active is false): it will not be admitted until reactivated"
+    elif ev is not None and ev.status == "True" and qr is not None and qr.status == "True":
+        state = f"Being evicted ({ev.reason}): {ev.message}; waiting for its pods and claims to go"
+    elif qr is not None and qr.status == "True" and st.admission is not None:
+        state = f"Admitted to ClusterQueue {st.admission.cluster_queue}"
+    else:
+        why = f"{qr.reason}: {qr.message}" if qr is not None else "not looked at yet"
+        state = f"Pending — {why}"
+    out.append(f"  State:     {state}")
+    if ev is not None and ev.status == "True" and not state.startswith("Being evicted"):
+        out.append(f"  Evicted:   {ev.reason}: {ev.message} (at {ev.last_transition_time})")
+    if st.requeue_state is not None and st.requeue_state.count:
+        when = st.requeue_state.requeue_at or "-"
+        out.append(f"  Requeued:  {st.requeue_state.count} time(s); eligible again from {when}")
+    elif rq is not None and rq.status == "True":
+        out.append(f"  Requeued:  {rq.message}")
+    if st.admission is not None and qr is not None and qr.status == "True":
+        from queueing.controller.plan import plan_summary
+
+        out.append(f"  Plan:      {plan_summary(st.admission, limit=16)}")
+    if st.conditions:
+        out.append("  Conditions:")
+        for c in st.conditions:
+            out.append(f"    {c.type}={c.status}  {c.reason}  {c.message}  (since {c.last_transition_time})")
+
+    out.append("History (ledger):")
+    adms = history["admissions"]
+    names = history["names"]
+    if history["row"] is None:
+        out.append("  the ledger does not know this workload (never admitted by the controller)")
+    elif not adms:
+        out.append(f"  never admitted; queued since {_ts(history['row'].queued_at_ms)}")
+    for a in adms:
+        pods = history["pods"].get(a.id, [])
+        devices = [d for p in pods for d in _devices(p.devices_json)]
+        nodes = sorted({p.node for p in pods})
+        line = (
+            f"  {_ts(a.admitted_at_ms)}  admitted #{a.attempt} to ClusterQueue {a.cluster_queue}: "
+            f"{len(pods)} pod(s) on {', '.join(nodes) or '-'}, {len(devices)} device(s)"
+        )
+        out.append(line)
+        if devices:
+            out.append(
+                f"                       devices: {', '.join(devices[:12])}"
+                + (" ..." if len(devices) > 12 else "")
+            )
+        if a.released_at_ms is not None:
+            out.append(f"  {_ts(a.released_at_ms)}  released ({a.release_reason})")
+    for e in history["evictions"]:
+        if e.workload_uid == uid:
+            by = f" by {names.get(e.preemptor_uid, e.preemptor_uid)}" if e.preemptor_uid else ""
+            out.append(
+                f"  {_ts(e.evicted_at_ms)}  evicted ({e.reason}){by}: {e.message}; "
+                f"freed {e.freed_device_count} of {e.planned_device_count} planned device(s)"
+            )
+        else:
+            out.append(
+                f"  {_ts(e.evicted_at_ms)}  preempted {names.get(e.workload_uid, e.workload_uid)} "
+                f"({e.reason}, ClusterQueue {e.victim_cluster_queue})"
+            )
+    return "\n".join(out) + "\n"
+
+
+def _devices(text: str) -> list[str]:
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return []
+    out = []
+    for d in items:
+        if isinstance(d, dict):
+            out.append(str(d.get("device") or d))
+        else:
+            out.append(str(d))
+    return out
