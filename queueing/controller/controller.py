@@ -766,12 +766,7 @@ class Controller:
             self.inactive_cluster_queues = {}
             self._pending_metrics({}, by_key)
             return
-        admitted = tuple(
-            dataclasses.replace(a, evicting=True)
-            if (e := self.evicting.get(uid)) is not None and not e.stuck
-            else a
-            for uid, a in self.admitted.items()
-        )
+        admitted = tuple(self._as_admitted(uid, a) for uid, a in self.admitted.items())
         snapshot = ClusterSnapshot(
             cluster_queues=specs.cluster_queues,
             cohorts=specs.cohorts,
@@ -842,6 +837,19 @@ class Controller:
             if wl is not None:
                 await self._set_pending(wl, reason)
         self._pending_metrics(result.pending, by_key)
+
+    def _as_admitted(self, uid: str, a: AdmittedWorkload) -> AdmittedWorkload:
+        """How the core sees an admitted workload: a victim being evicted is ``evicting`` (counted as
+        going away, never chosen again); a stuck one (past the eviction timeout) holds its resources and
+        is shown with the highest priority, so the preemptor's recomputed plan neither counts on it
+        nor picks it again (by priority; ``reclaimWithinCohort: Any`` could still name it, and it is
+        then waited for)."""
+        e = self.evicting.get(uid)
+        if e is None:
+            return a
+        if not e.stuck:
+            return dataclasses.replace(a, evicting=True)
+        return dataclasses.replace(a, workload=dataclasses.replace(a.workload, priority=2**31 - 1))
 
     def _placer_claims(self) -> list[ResourceClaim]:
         """The claims the placer sees as the cluster's own: a per-pod claim allocated with devices of an

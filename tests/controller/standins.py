@@ -61,6 +61,7 @@ class StandIns:
         }
         self._task: asyncio.Task[None] | None = None
         self.not_ready_jobs: set[str] = set()  # the kubelet never gets these Jobs' pods Ready
+        self.stuck_jobs: set[str] = set()  # these Jobs' pods do not go away when suspended (a finalizer)
         self.pods_created = 0
         self.errors: list[str] = []
 
@@ -118,6 +119,8 @@ class StandIns:
             succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
             status = dict(job.get("status") or {})
             if spec.get("suspend"):
+                if name in self.stuck_jobs:
+                    continue
                 for p in active:
                     self.store.delete(self.rt["pods"], ns, p["metadata"]["name"])
                 if status.get("startTime") or status.get("active"):

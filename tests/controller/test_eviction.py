@@ -221,3 +221,71 @@ async def test_high_priority_job_preempts_and_victim_runs_again(
     )
     assert not cluster.errors
     assert not emu.authorizer.denied  # type: ignore[union-attr]
+
+
+async def test_restart_in_the_middle_resumes_the_eviction(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger
+) -> None:
+    priority_classes(emu)
+    await harness.start()
+    await admin.create(JOBS, prio_job("low", "low", template="gpu-4"))
+    await admin.create(JOBS, prio_job("mid", "mid", template="gpu-4"))
+    await eventually(lambda: running(emu, "low", 1) and running(emu, "mid", 1), "low and mid run")
+    low_wl = workload(emu, "job-low")
+    assert low_wl is not None
+    low_uid, low_devices = low_wl["metadata"]["uid"], plan_devices(low_wl)
+    cluster.stuck_jobs.add("low")  # its pod will not go away for now
+    await admin.create(JOBS, prio_job("high", "high", template="gpu-4"))
+    await eventually(lambda: is_true(workload(emu, "job-low"), "Evicted"), "low is being evicted")
+    assert is_true(workload(emu, "job-low"), "QuotaReserved")  # still holds its quota: its pod runs
+    assert (await ledger.load_state()).admissions.keys() >= {low_uid}
+
+    await harness.stop()  # the controller goes away in the middle of the eviction
+    ctl = await harness.start()
+    assert low_uid in ctl.evicting  # resumed from the Workload's condition and the ledger
+    assert not is_true(workload(emu, "job-high"), "Admitted")
+    cluster.stuck_jobs.discard("low")
+    cluster.step()  # the pod goes now
+    high = await eventually(lambda: running(emu, "high", 1), "high runs after the resumed eviction")
+    assert high
+    high_wl = workload(emu, "job-high")
+    assert high_wl is not None and plan_devices(high_wl) == low_devices
+    await eventually(lambda: requeue_count(workload(emu, "job-low")) == 1, "low requeued once")
+    async with ledger.engine.connect() as c:
+        evictions = (await c.execute(select(m.Eviction))).all()
+    assert [e.workload_uid for e in evictions] == [low_uid]  # evicted once, across the restart
+
+
+async def test_victim_that_does_not_go_away_gets_the_plan_recomputed(
+    emu: Emulator, admin: KubeClient, ledger: Ledger, config: Config, clock: ManualTime, cluster: StandIns
+) -> None:
+    priority_classes(emu)
+    h = Harness(emu, ledger, config, clock=clock, eviction_timeout=30.0)
+    try:
+        ctl = await h.start()
+        await admin.create(JOBS, prio_job("low", "low", template="gpu-4"))
+        await admin.create(JOBS, prio_job("mid", "mid", template="gpu-4"))
+        await eventually(lambda: running(emu, "low", 1) and running(emu, "mid", 1), "low and mid run")
+        mid_wl = workload(emu, "job-mid")
+        assert mid_wl is not None
+        cluster.stuck_jobs.add("low")
+        await admin.create(JOBS, prio_job("high", "high", template="gpu-4"))
+        await eventually(lambda: is_true(workload(emu, "job-low"), "Evicted"), "low is being evicted")
+        assert not is_true(workload(emu, "job-mid"), "Evicted")
+        clock.advance(31)  # low's pod is still there after the eviction timeout
+        ctl.wake()
+        # the preemptor's plan is recomputed without counting on low: mid is the next victim
+        await eventually(lambda: is_true(workload(emu, "job-mid"), "Evicted"), "mid is evicted instead")
+        await eventually(lambda: running(emu, "high", 1), "high runs on mid's devices")
+        high_wl = workload(emu, "job-high")
+        assert high_wl is not None and plan_devices(high_wl) == plan_devices(mid_wl)
+        assert is_true(workload(emu, "job-low"), "QuotaReserved")  # still being evicted, quota still held
+        cluster.stuck_jobs.discard("low")
+        cluster.step()
+        await eventually(lambda: requeue_count(workload(emu, "job-low")) == 1, "low finally requeued")
+    finally:
+        await h.stop()
+
+
+def requeue_count(wl: dict[str, Any] | None) -> int | None:
+    return (((wl or {}).get("status") or {}).get("requeueState") or {}).get("count")
