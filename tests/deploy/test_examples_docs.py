@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from queueing.api.registry import parse_object
+from queueing.config import load_config
 from queueing.dra.cel import CELCompileError, DeviceInput, Version, compile_selector, split_qualified_name
 
 from .k8s import ROOT, load_yaml_docs, validation_errors
@@ -18,7 +19,8 @@ from .k8s import ROOT, load_yaml_docs, validation_errors
 EXAMPLES = sorted(
     [*(ROOT / "examples/deviceclasses").glob("*.yaml"), *(ROOT / "examples/jobs").glob("*.yaml")]
 )
-DOCS = ["install.md", "migrating-from-kueue.md", "operations.md", "configuration.md"]
+# every page with a yaml snippet (a new page with one is picked up without editing this list)
+DOCS = sorted(p.name for p in (ROOT / "docs").rglob("*.md") if "```yaml" in p.read_text())
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -174,7 +176,7 @@ def _yaml_blocks(name: str) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("name", DOCS)
-def test_doc_yaml_snippets_parse_and_validate(name: str) -> None:
+def test_doc_yaml_snippets_parse_and_validate(name: str, tmp_path: Path) -> None:
     blocks = _yaml_blocks(name)
     assert blocks, f"docs/{name} has no yaml snippet"
     for line, block in blocks:
@@ -186,3 +188,7 @@ def test_doc_yaml_snippets_parse_and_validate(name: str) -> None:
                     assert d["kind"] in ("ServiceMonitor", "PrometheusRule"), f"docs/{name}:{line}"
                     continue
                 assert validation_errors(d) == [], f"docs/{name}:{line}"
+            elif isinstance(d, dict):  # a configuration fragment: the controller must accept it
+                cfg = tmp_path / "config.yaml"
+                cfg.write_text(yaml.safe_dump(d))
+                load_config(str(cfg), {"QUEUEING_DATABASE_URL": "sqlite+aiosqlite:///doc.db"})
