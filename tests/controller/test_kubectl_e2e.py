@@ -32,8 +32,10 @@ async def test_kubectl_get_and_describe_workloads(
 ) -> None:
     await harness.start()
     await admin.create(JOBS, job("train", parallelism=2, template="gpu-2"))
-    await admin.create(JOBS, job("huge", parallelism=2, template="gpu-4", queue="lq"))
     await eventually(lambda: running(emu, "train", 2), "train runs")
+    # (created after train runs: with equal priority and creation times within one second, the
+    # queue order would fall back to the names and huge would go first)
+    await admin.create(JOBS, job("huge", parallelism=2, template="gpu-4", queue="lq"))
     await eventually(lambda: (c := cond(workload(emu, "job-huge"), "QuotaReserved")) and c["status"] == "False",
                      "huge is pending")  # fmt: skip
 
