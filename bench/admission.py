@@ -176,11 +176,12 @@ def prototype_job(cq: str, size: str) -> dict[str, Any]:
     }
 
 
-def build(shape: str) -> Scenario:
+def build(shape: str, fraction: float = 1.0) -> Scenario:
     if shape == "baseline":
         cohorts, per_cohort, nodes, scale = 5, 6, 75, 1.0
     else:
         cohorts, per_cohort, nodes, scale = 200, 5, 2500, 0.1
+    scale *= fraction
     objs: list[KubeObject] = [parse_object(d) for d in (*cluster(nodes), *queues(cohorts, per_cohort))]
     ctx = ApiContext.from_objects(objs)
     sc = Scenario(objects=objs)
@@ -217,9 +218,15 @@ def main() -> int:
         "--no-fair-sharing", action="store_true", help="switch fair sharing off (Kueue's baseline has it off)"
     )
     ap.add_argument("--backoff", type=float, default=0.0, help="requeue backoff base after an eviction (s)")
+    ap.add_argument(
+        "--fraction",
+        type=float,
+        default=1.0,
+        help="run only this fraction of each queue's workloads (profiling)",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
-    sc = build(args.shape)
+    sc = build(args.shape, args.fraction)
     t_build = time.perf_counter() - t0
     cfg = SchedulingConfig.from_dict(
         {

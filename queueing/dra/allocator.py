@@ -670,14 +670,9 @@ class Allocator:
                     need += min(a.count for a in alts)
         if need:
             # cheapest necessary condition, before any selector is evaluated on this node
-            free = 0
-            for d in self.inventory.devices_on(node):
-                if d.multi:  # shared devices may serve every request once: no bound from counting
-                    free = need
-                    break
-                if not usage.is_taken(d.key):
-                    free += 1
-            if free < need:
+            # (shared devices may serve every request once: no bound from counting)
+            free = self.inventory.free_on(node, usage)
+            if free is not None and free < need:
                 self._fail[fail_key] = (usage.token, usage.epoch)
                 return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         # early pruning: every request needs enough statically matching devices

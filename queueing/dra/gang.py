@@ -222,6 +222,8 @@ class ClusterState:
             extended_resource_classes(class_list) if self.features.extended_resource else {}
         )
         self._open: Transaction | None = None
+        # id(pod) -> what placement derives from the pod alone (see ``_Gang._plan``)
+        self._pod_static: dict[int, _PodStatic] = {}
 
     def begin(self) -> Transaction:
         if self._open is not None and self._open.status == "tentative":
@@ -311,6 +313,23 @@ class _PodPlan:
     extended: dict[str, int] = field(default_factory=dict)
     # per set of resources served through DRA: the implicit claim (prepared) or None
     implicit: dict[frozenset[str], tuple[ImplicitClaim, PreparedClaim] | None] = field(default_factory=dict)
+    # devices the pod's own claims need at least on any node (0: no bound); only used when the pod
+    # has no extended resources (whose implicit claim is prepared per node)
+    need: int = 0
+
+
+@dataclass(slots=True)
+class _PodStatic:
+    """What ``_Gang._plan`` derives from a pod and the templates alone (cached per Pod object)."""
+
+    pod: Pod
+    templates: tuple[ResourceClaimTemplate, ...]  # the templates used, in claim order
+    own: tuple[PreparedClaim, ...]
+    requests: dict[str, Fraction]
+    shape: tuple[object, ...]
+    extended: dict[str, int]
+    need: int
+    static_ok: dict[int, NodeMiss | None]
 
 
 class _BoundHit(Exception):
@@ -330,10 +349,63 @@ class _Gang:
 
     # ---- preparation ----------------------------------------------------------------------
     def _plan(self, pod: Pod) -> _PodPlan:
+        """The pod's claims prepared. What depends only on the pod and its templates is computed
+        once per Pod object and ClusterState (pods are immutable here; a changed template is seen
+        by identity); shared claims are looked up every time (their allocation may change)."""
+        st = self.state._pod_static.get(id(pod))
+        if st is not None and st.pod is pod:
+            ns = pod.namespace or "default"
+            shared: list[tuple[str, PreparedClaim | None]] = []
+            tpl: list[ResourceClaimTemplate] = []
+            for i, prc in enumerate(pod.spec.resource_claims or []):
+                if prc.resource_claim_name:
+                    key = f"{ns}/{prc.resource_claim_name}"
+                    c = self.state.claims.get(key)
+                    if c is None:
+                        raise AllocationError(
+                            f"Pod {pod.key}",
+                            f"spec.resourceClaims[{i}].resourceClaimName",
+                            f"ResourceClaim {key} not found",
+                        )
+                    prepared = (
+                        None if c.status.allocation is not None else self.state.allocator.prepare_claim(c)
+                    )
+                    shared.append((key, prepared))
+                elif prc.resource_claim_template_name:
+                    t = self.state.templates.get(f"{ns}/{prc.resource_claim_template_name}")
+                    if t is None:
+                        break
+                    tpl.append(t)
+            else:
+                if len(tpl) == len(st.templates) and all(
+                    a is b for a, b in zip(tpl, st.templates, strict=True)
+                ):
+                    return _PodPlan(
+                        pod,
+                        pod.key,
+                        st.requests,
+                        st.own,
+                        tuple(shared),
+                        st.shape,
+                        st.static_ok,
+                        extended=st.extended,
+                        need=st.need,
+                    )
+        plan, templates = self._plan_full(pod)
+        cache = self.state._pod_static
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[id(pod)] = _PodStatic(
+            pod, templates, plan.own, plan.requests, plan.shape, plan.extended, plan.need, plan.static_ok
+        )
+        return plan
+
+    def _plan_full(self, pod: Pod) -> tuple[_PodPlan, tuple[ResourceClaimTemplate, ...]]:
         ref = f"Pod {pod.key}"
         own: list[PreparedClaim] = []
         shared: list[tuple[str, PreparedClaim | None]] = []
         sources: list[tuple[str, str, str]] = []
+        templates: list[ResourceClaimTemplate] = []
         ns = pod.namespace or "default"
         for i, prc in enumerate(pod.spec.resource_claims or []):
             path = f"spec.resourceClaims[{i}]"
@@ -362,6 +434,7 @@ class _Gang:
                 )
                 own.append(self.state.allocator.prepare_claim(claim))
                 sources.append(("template", prc.name, tkey))
+                templates.append(t)
             else:
                 raise AllocationError(
                     ref, path, "one of resourceClaimName or resourceClaimTemplateName is required"
@@ -391,7 +464,16 @@ class _Gang:
             tuple(t.model_dump_json() for t in spec.tolerations or []),
             tuple(sources),
         )
-        return _PodPlan(pod, pod.key, _pod_requests(pod), tuple(own), tuple(shared), shape, extended=extended)
+        need = 0
+        if not extended:
+            for pc in own:
+                for alts in pc.requests:
+                    if not any(a.all_mode or a.admin_access for a in alts):
+                        need += min(a.count for a in alts)
+        plan = _PodPlan(
+            pod, pod.key, _pod_requests(pod), tuple(own), tuple(shared), shape, extended=extended, need=need
+        )
+        return plan, tuple(templates)
 
     def _routed(self, plan: _PodPlan, i: int) -> frozenset[str]:
         """The pod's extended resources served through DRA on node i (the node does not publish them)."""
@@ -557,7 +639,20 @@ class _Gang:
             return True
         plan = self.plans[k]
         start = floor if k > 0 and self.plans[k - 1].shape == plan.shape else 0
-        for i in range(start, len(self.state.nodes)):
+        need = plan.need
+        nodes = self.state.nodes
+        free_on = self.state.inventory.free_on
+        usage = self.state.usage
+        for i in range(start, len(nodes)):
+            if need:
+                # a node with fewer free devices than the pod's own claims need fails in ``_try``
+                # anyway (at the allocator's count check); skip it, counted as a check all the same
+                free = free_on(nodes[i], usage)
+                if free is not None and free < need:
+                    self.checks += 1
+                    if self.checks > self.budget:
+                        raise _BoundHit()
+                    continue
             if not self._try(plan, i):
                 continue
             if self.search(k + 1, i):

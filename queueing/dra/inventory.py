@@ -143,9 +143,14 @@ class Usage:
     # restores an earlier state and does not count.
     epoch: int = 0
     token: object = field(default_factory=object)
+    # node name -> taken (exclusive) node-local devices, kept in step by take/give_back, so that
+    # ``Inventory.free_on`` counts a node's free devices without walking them
+    node_taken: dict[str, int] = field(default_factory=dict)
 
     def copy(self) -> Usage:
-        return Usage(dict(self.devices), dict(self.counters), dict(self.capacity))
+        return Usage(
+            dict(self.devices), dict(self.counters), dict(self.capacity), node_taken=dict(self.node_taken)
+        )
 
     def is_taken(self, key: DeviceKey) -> bool:
         return self.devices.get(key, 0) > 0
@@ -153,9 +158,13 @@ class Usage:
     def take(self, pick: Pick) -> None:
         if pick.admin_access:
             return
-        key = pick.device.key
-        if not pick.device.multi:
-            self.devices[key] = self.devices.get(key, 0) + 1
+        dev = pick.device
+        key = dev.key
+        if not dev.multi:
+            n = self.devices.get(key, 0)
+            self.devices[key] = n + 1
+            if not n and dev.node_name is not None and not dev.all_nodes:
+                self.node_taken[dev.node_name] = self.node_taken.get(dev.node_name, 0) + 1
         for ck, amount in pick.counters:
             self.counters[ck] = self.counters.get(ck, Fraction(0)) + amount
         for name, amount in pick.capacity:
@@ -168,13 +177,14 @@ class Usage:
             return
         if not backtrack:
             self.epoch += 1
-        key = pick.device.key
-        if not pick.device.multi:
+        dev = pick.device
+        key = dev.key
+        if not dev.multi:
             n = self.devices.get(key, 0) - 1
             if n > 0:
                 self.devices[key] = n
-            else:
-                self.devices.pop(key, None)
+            elif self.devices.pop(key, None) is not None and dev.node_name is not None and not dev.all_nodes:
+                self.node_taken[dev.node_name] -= 1
         for ck, amount in pick.counters:
             left = self.counters.get(ck, Fraction(0)) - amount
             if left:
@@ -231,6 +241,7 @@ class Inventory:
         self._local: dict[str, list[InventoryDevice]] = {}
         self._floating: list[InventoryDevice] = []  # nodeSelector / allNodes devices
         self._node_cache: dict[str, tuple[InventoryDevice, ...]] = {}
+        self._free_stats: dict[str, tuple[bool, bool, int]] = {}
         order = 0
         for pool_key in sorted(by_pool):
             pool, order = self._build_pool(pool_key, by_pool[pool_key], order, partitionable_devices)
@@ -352,6 +363,30 @@ class Inventory:
         result = tuple(out)
         self._node_cache[cache_key] = result
         return result
+
+    def free_on(self, node: Node | None, usage: Usage) -> int | None:
+        """How many devices usable from ``node`` are not taken in ``usage``; None when the node
+        reaches a device that allows multiple allocations (no bound from counting)."""
+        name = node.name if node is not None else ""
+        stats = self._free_stats.get(name)
+        if stats is None:
+            devs = self.devices_on(node)
+            keys = [d.key for d in devs]
+            local = self._local.get(name, ()) if node is not None else ()
+            simple = (
+                len(set(keys)) == len(keys)
+                and len(devs) == len(local)
+                and all(self.devices.get(d.key) is d for d in devs)
+            )
+            stats = (any(d.multi for d in devs), simple, len(devs))
+            self._free_stats[name] = stats
+        multi, simple, total = stats
+        if multi:
+            return None
+        if simple:
+            # every device is node-local to this node, published once: the taken ones are counted
+            return total - usage.node_taken.get(name, 0)
+        return sum(1 for d in self.devices_on(node) if not usage.is_taken(d.key))
 
     def node_names(self) -> list[str]:
         """Every node name a slice or device names."""
