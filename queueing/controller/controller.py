@@ -900,6 +900,7 @@ class Controller:
             for g in cq.spec.resource_groups or []:
                 for fq in g.flavors:
                     for r in fq.resources:
+                        self.metrics.set_nominal_quota(cq.name, fq.name, r.name, r.nominal_quota)
                         self.metrics.set_usage(
                             cq.name, fq.name, r.name, float(usage.get((cq.name, fq.name, r.name), 0))
                         )

@@ -33,7 +33,11 @@ def config() -> Config:
         wait_for_pods_ready={
             "enable": True,
             "timeout": TIMEOUT,
-            "requeuing_strategy": {"backoff_base_seconds": 10, "backoff_max_seconds": 15, "backoff_limit_count": 2},
+            "requeuing_strategy": {
+                "backoff_base_seconds": 10,
+                "backoff_max_seconds": 15,
+                "backoff_limit_count": 2,
+            },
         }
     )
 
@@ -71,7 +75,9 @@ async def test_pods_ready_timeout_evicts_requeues_with_backoff_then_deactivates(
         ctl.synced.clear()
         ctl.wake()
         await asyncio.wait_for(ctl.synced.wait(), 20)  # a full sync after the change: still in time
-        assert is_true(workload(emu, "job-slow"), "Admitted") and not is_true(workload(emu, "job-slow"), "Evicted")
+        assert is_true(workload(emu, "job-slow"), "Admitted") and not is_true(
+            workload(emu, "job-slow"), "Evicted"
+        )
         clock.advance(2)
         ctl.wake()
         ev = await eventually(lambda: (c := cond(workload(emu, "job-slow"), "Evicted")) and c["status"] == "True" and c,
@@ -101,7 +107,12 @@ async def test_pods_ready_timeout_evicts_requeues_with_backoff_then_deactivates(
     assert not job_pods(emu, "slow")
     state = await ledger.load_state()
     assert not state.admissions
-    assert ctl.metrics.value("queueing_evicted_workloads_total", {"cluster_queue": "team", "reason": "PodsReadyTimeout"}) == 3
+    assert (
+        ctl.metrics.value(
+            "queueing_evicted_workloads_total", {"cluster_queue": "team", "reason": "PodsReadyTimeout"}
+        )
+        == 3
+    )
     assert get(emu, "jobs", "slow", "batch")["spec"]["suspend"] is True  # type: ignore[index]
     assert not cluster.errors
 

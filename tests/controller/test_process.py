@@ -188,6 +188,10 @@ async def test_metrics_endpoint_shows_counters_moving_and_probes(
                    resource="gpu.example.com") == 8.0
         )  # fmt: skip
         assert (sample(text, "queueing_allocator_duration_seconds_count", result="allocated") or 0) >= 1
+        assert (
+            sample(text, "queueing_cluster_queue_nominal_quota", cluster_queue="team", flavor="default",
+                   resource="gpu.example.com") == 8.0
+        )  # fmt: skip
     # queueing explain for the waiting Job: pending, why, never admitted
     out = await explain(emu, tmp_path, "default/job-m3")
     assert out.returncode == 0, out.stderr
