@@ -179,15 +179,24 @@ def job(
     }
 
 
+# What the controller's service account was granted and what it used, over every end-to-end test of
+# this session (tests/controller/test_zz_rbac_coverage.py reads it after the other tests ran).
+RBAC_SEEN: dict[str, set[Any]] = {"granted": set(), "used": set(), "tests": set()}
+
+
 @pytest.fixture
-async def emu() -> AsyncIterator[Emulator]:
+async def emu(request: pytest.FixtureRequest) -> AsyncIterator[Emulator]:
     async with run_emulator(crds_dir=CRDS, bookmark_interval=None) as e:
         e.tokens[CONTROLLER_TOKEN] = CONTROLLER_USER
         e.store.admission_hooks.append(suspend_queued_jobs)
         e.load_objects(cluster_objects())
         rbac = list(yaml.safe_load_all((REPO / "deploy" / "base" / "rbac.yaml").read_text()))
-        e.authorizer = RbacAuthorizer.from_objects([d for d in rbac if d])
+        authorizer = RbacAuthorizer.from_objects([d for d in rbac if d])
+        e.authorizer = authorizer
         yield e
+        RBAC_SEEN["granted"].update(authorizer.granted(CONTROLLER_USER))
+        RBAC_SEEN["used"].update((g.role, g.rule, g.api_group, g.resource, g.verb) for g in authorizer.used)
+        RBAC_SEEN["tests"].add(request.node.nodeid)
 
 
 @pytest.fixture

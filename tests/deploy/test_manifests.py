@@ -157,18 +157,15 @@ def test_pod_disruption_budget_keeps_one_replica() -> None:
 # What the controller does, per issues 5 and 6 (cluster-wide), as (group, resource) -> verbs.
 EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     **{
-        ("queueing.dra.io", r): {"get", "list", "watch"}
+        ("queueing.dra.io", r): {"list", "watch"}
         for r in ("clusterqueues", "cohorts", "localqueues", "resourceflavors", "workloadpriorityclasses")
     },
-    ("queueing.dra.io", "workloads"): {"get", "list", "watch", "create", "update", "patch", "delete"},
-    **{
-        ("queueing.dra.io", f"{r}/status"): {"update", "patch"}
-        for r in ("clusterqueues", "cohorts", "localqueues", "workloads")
-    },
-    ("batch", "jobs"): {"get", "list", "watch", "patch", "update"},
+    ("queueing.dra.io", "workloads"): {"get", "list", "watch", "create", "patch"},
+    **{("queueing.dra.io", f"{r}/status"): {"patch"} for r in ("clusterqueues", "localqueues", "workloads")},
+    ("batch", "jobs"): {"list", "watch", "patch"},
     ("", "pods"): {"list", "watch", "patch", "delete"},
-    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
-    ("resource.k8s.io", "resourceclaims/status"): {"update", "patch"},
+    ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
+    ("resource.k8s.io", "resourceclaims/status"): {"patch"},
     **{
         ("resource.k8s.io", r): {"list", "watch"}
         for r in ("resourceclaimtemplates", "resourceslices", "deviceclasses")
@@ -176,7 +173,7 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"list", "watch"},
     ("", "namespaces"): {"list", "watch"},
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
-    ("", "events"): {"create", "patch"},
+    ("", "events"): {"create"},
 }
 
 
