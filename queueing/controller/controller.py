@@ -83,6 +83,7 @@ from queueing.controller.plan import (
     with_condition,
 )
 from queueing.controller.queues import queue_statuses
+from queueing.faults import fault_point
 from queueing.kube.client import (
     DEVICE_CLASSES,
     JOBS,
@@ -647,6 +648,7 @@ class Controller:
         now = self.clock()
         with contextlib.suppress(NotAdmitted):
             await self.ledger.finish(uid, at=now, reason="Succeeded" if succeeded else "Failed")
+            fault_point("finish.after_ledger")
         self.admitted.pop(uid, None)
         self.admissions.pop(uid, None)
         self.status_todo.discard(uid)
@@ -659,6 +661,7 @@ class Controller:
         )
         await self._patch_status(wl, {"conditions": _dump(conds), "reason": None})
         self.stats.finished += 1
+        fault_point("finish.after_status")
         await self.events.emit(wl, "Normal", "Finished", f"{msg}; quota released")
 
     async def _forget_deleted(self) -> None:
@@ -926,6 +929,7 @@ class Controller:
             return
         admission = admission_status(adm)
         req = ledger_request(uid, adm, admission, self._claim_specs(wl), devices)
+        fault_point("admission.before_ledger")
         await self._record(wl)
         try:
             await self.ledger.admit(req, at=now)
@@ -944,6 +948,7 @@ class Controller:
         self.pending_reasons.pop(wl.key, None)
         self.status_todo.add(uid)
         self.stats.admissions += 1
+        fault_point("admission.after_ledger")
         waited = now - _epoch(wl.metadata.creation_timestamp) if wl.metadata.creation_timestamp else None
         self.metrics.quota_reserved(adm.cluster_queue, waited)
         self.metrics.admitted(adm.cluster_queue, waited)
@@ -986,6 +991,7 @@ class Controller:
         self.status_todo.discard(uid)
         if out is None:  # deleted meanwhile: _forget_deleted releases it
             return
+        fault_point("admission.after_status")
         await self.events.emit(
             wl, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}; plan: {plan_summary(admission)}"
         )
@@ -1087,10 +1093,12 @@ class Controller:
         self.evicting[uid] = Evicting(
             uid, wl.key, reason, message, now, preemptor.metadata.uid if preemptor is not None else None
         )
+        fault_point("eviction.after_mark")
         self.metrics.evicted(self.admitted[uid].cluster_queue, reason)
         log.info("evicting %s: %s", wl.key, message)
         await self.events.emit(out or wl, "Normal", "Preempted" if preemption_reason else "Evicted", message)
         await self._stop_pods(out or wl, message)
+        fault_point("eviction.after_stop_pods")
         self._wake_at(now + self.eviction_timeout)
 
     async def _stop_pods(self, wl: Workload, why: str) -> None:
@@ -1186,6 +1194,7 @@ class Controller:
                 await self.ledger.evict(
                     uid, at=now, reason=e.reason, preemptor_uid=e.preemptor_uid, message=e.message
                 )
+                fault_point("eviction.after_ledger")
             self.admitted.pop(uid, None)
             self.admissions.pop(uid, None)
             self.status_todo.discard(uid)
@@ -1235,6 +1244,7 @@ class Controller:
             }
             self._wake_at(decision.requeue_at)
         await self._patch_status(wl, status)
+        fault_point("eviction.after_requeue")
         await self.events.emit(
             wl,
             "Normal",
@@ -1348,6 +1358,7 @@ class Controller:
         )
         self.claims.observe(raw)
         self.stats.claims_allocated += 1
+        fault_point("bind.after_claim_allocation")
         return True
 
     async def _start_job(self, wl: Workload, job: Job, admission: Admission) -> None:
@@ -1384,11 +1395,13 @@ class Controller:
         patch: dict[str, Any] = {"spec": {"suspend": False, "template": template}}
         if psa.count is not None and job.spec.parallelism is not None and psa.count < job.spec.parallelism:
             patch["spec"]["parallelism"] = psa.count
+        fault_point("bind.before_start_job")
         raw = await retrying(
             lambda: self.kube.patch(JOBS, job.name, patch, job.namespace, patch_type="strategic"),
             what=f"start Job {job.key}",
         )
         self.jobs.observe(raw)
+        fault_point("bind.after_start_job")
         await self.events.emit(
             job,
             "Normal",
@@ -1478,6 +1491,7 @@ class Controller:
             )
             self.pods.observe(raw)
             self.stats.pods_ungated += 1
+            fault_point("bind.after_pod")
 
     # ---- queue status
     async def _queue_status(self) -> None:
