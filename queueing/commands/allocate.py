@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from queueing.api.base import KubeObject, format_validation_error
 from queueing.api.core import Job, Node, Pod
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from queueing.manifests import ManifestError, read_documents
 
 if TYPE_CHECKING:
     from queueing.dra.features import Features
@@ -80,58 +81,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _documents(path: str) -> list[Any]:
-    try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
-    except OSError as e:
-        raise InputError(f"{path}: {e.strerror or e}") from None
-    try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise InputError(f"{path}:{where}: not valid YAML/JSON: {problem}") from None
-
-
-def _expand(doc: Any, path: str, where: str) -> list[tuple[dict[str, Any], str]]:
-    if not isinstance(doc, dict):
-        raise InputError(f"{path}: {where}: expected an object, got {type(doc).__name__}")
-    kind = doc.get("kind")
-    if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
-        out = []
-        for i, item in enumerate(doc["items"]):
-            out.extend(_expand(item, path, f"{where}.items[{i}]"))
-        return out
-    return [(doc, where)]
-
-
 def load_objects(paths: list[str]) -> tuple[list[KubeObject], list[str]]:
     """Parse all objects; returns (objects, warnings). Raises InputError on bad input."""
     objects: list[KubeObject] = []
     warnings: list[str] = []
-    for path in paths:
-        for n, doc in enumerate(_documents(path)):
-            for obj, where in _expand(doc, path, f"document {n + 1}"):
-                kind = obj.get("kind")
-                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-                name = meta.get("name") if isinstance(meta, dict) else None
-                ns = meta.get("namespace") if isinstance(meta, dict) else None
-                ref = f"{kind or '<no kind>'} {f'{ns}/' if ns else ''}{name or '<no name>'}"
-                model = KINDS.get(kind) if isinstance(kind, str) else None
-                if model is None:
-                    warnings.append(
-                        f"warning: {path}: {where}: ignoring {ref} (allocate reads {', '.join(KINDS)})"
-                    )
-                    continue
-                try:
-                    parsed = model.model_validate(obj)
-                except ValidationError as e:
-                    first = format_validation_error(e, ref).split("; ")[0]
-                    raise InputError(first) from None
-                if not parsed.name:
-                    raise InputError(f"{ref}: metadata.name: required")
-                objects.append(parsed)
+    try:
+        documents = read_documents(paths)
+    except ManifestError as e:
+        raise InputError(str(e)) from None
+    for obj, where in documents:
+        kind = obj.get("kind")
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        name = meta.get("name") if isinstance(meta, dict) else None
+        ns = meta.get("namespace") if isinstance(meta, dict) else None
+        ref = f"{kind or '<no kind>'} {f'{ns}/' if ns else ''}{name or '<no name>'}"
+        model = KINDS.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            warnings.append(f"warning: {where}: ignoring {ref} (allocate reads {', '.join(KINDS)})")
+            continue
+        try:
+            parsed = model.model_validate(obj)
+        except ValidationError as e:
+            first = format_validation_error(e, ref).split("; ")[0]
+            raise InputError(first) from None
+        if not parsed.name:
+            raise InputError(f"{ref}: metadata.name: required")
+        objects.append(parsed)
     return objects, warnings
 
 

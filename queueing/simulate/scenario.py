@@ -25,14 +25,11 @@ Errors raise :class:`ScenarioError` with one line naming the file or object and 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
+from queueing import manifests
 from queueing.api.base import KubeObject
 from queueing.api.core import Job, Namespace, Node, Pod, PriorityClass
 from queueing.api.registry import ObjectError, parse_object
@@ -117,49 +114,12 @@ class Scenario:
 
 
 # ------------------------------------------------------------------------------------ reading
-def _files(path: str) -> list[str]:
-    if path == "-":
-        return ["-"]
-    p = Path(path)
-    if p.is_dir():
-        out = sorted(str(f) for f in p.iterdir() if f.is_file() and f.suffix in (".yaml", ".yml", ".json"))
-        if not out:
-            raise ScenarioError(f"{path}: directory has no .yaml, .yml or .json files")
-        return out
-    if not p.exists():
-        raise ScenarioError(f"{path}: no such file or directory")
-    return [path]
-
-
 def read_documents(paths: Iterable[str]) -> list[tuple[dict[str, Any], str]]:
-    """(document, where) for every object in the files (directories expanded, Lists expanded)."""
-    out: list[tuple[dict[str, Any], str]] = []
-    for arg in paths:
-        for f in _files(arg):
-            try:
-                text = sys.stdin.read() if f == "-" else Path(f).read_text(encoding="utf-8")
-            except OSError as e:
-                raise ScenarioError(f"{f}: cannot read: {e.strerror or e}") from None
-            try:
-                docs = list(yaml.safe_load_all(text))
-            except yaml.YAMLError as e:
-                mark = getattr(e, "problem_mark", None)
-                where = f" (line {mark.line + 1})" if mark is not None else ""
-                raise ScenarioError(f"{f}: invalid YAML{where}: {getattr(e, 'problem', None) or e}") from None
-            for i, d in enumerate(docs):
-                if d is None:
-                    continue
-                where = f"{f} document {i + 1}"
-                if not isinstance(d, dict):
-                    raise ScenarioError(f"{where}: expected an object, got {type(d).__name__}")
-                if d.get("kind") == "List" or (isinstance(d.get("kind"), str) and d["kind"].endswith("List")):
-                    for j, item in enumerate(d.get("items") or []):
-                        if not isinstance(item, dict):
-                            raise ScenarioError(f"{where}: items[{j}]: expected an object")
-                        out.append((item, f"{where} items[{j}]"))
-                else:
-                    out.append((d, where))
-    return out
+    """(document, where) for every object in the files (directories and Lists expanded)."""
+    try:
+        return manifests.read_documents(paths)
+    except manifests.ManifestError as e:
+        raise ScenarioError(str(e)) from None
 
 
 def load_objects(paths: Iterable[str]) -> tuple[list[KubeObject], list[str]]:
