@@ -337,6 +337,8 @@ class Allocator:
         self._fail: dict[tuple[object, str], tuple[object, int]] = {}
         # claims shape -> (usage token, epoch, node sequence, index of the first node worth trying)
         self._skip: dict[tuple[object, ...], tuple[object, int, object, int]] = {}
+        # see ``_results``: (node, requests and devices picked) -> allocation result (never mutated)
+        self._result_cache: dict[tuple[object, ...], AllocationResult] = {}
 
     # ---- preparation (node independent) ---------------------------------------------------
     def _class(self, name: str, ref: str, field_path: str) -> tuple[DeviceClass, tuple[BoundSelector, ...]]:
@@ -845,8 +847,26 @@ class Allocator:
         self, claims: Sequence[PreparedClaim], node: Node | None, s: _Search
     ) -> tuple[ClaimAllocation, ...]:
         out = []
+        node_name = node.name if node is not None else ""
         for ci, pc in enumerate(claims):
             picks = [(alt, p) for c, alt, p in s.picks if c == ci]
+            # the allocation result is a value that depends only on the requests, classes and devices
+            # picked (and the node): shared between claims of the same shape on the same devices
+            rkey: tuple[object, ...] | None = None
+            if not pc.claim.spec.devices.config and all(
+                not alt.tolerations
+                and not p.device.multi
+                and not (self.features.binding_conditions and p.device.device.binding_conditions)
+                for alt, p in picks
+            ):
+                rkey = (
+                    node_name,
+                    tuple((alt.request, alt.admin_access, alt.class_name, p.device.key) for alt, p in picks),
+                )
+                hit = self._result_cache.get(rkey)
+                if hit is not None:
+                    out.append(ClaimAllocation(pc.claim, hit, tuple(p for _, p in picks)))
+                    continue
             results = []
             for n, (alt, p) in enumerate(picks):
                 d = p.device
@@ -893,6 +913,10 @@ class Allocator:
             sel = _node_selector([p for _, p in picks], node)
             if sel is not None:
                 alloc.node_selector = sel
+            if rkey is not None:
+                if len(self._result_cache) > 100_000:
+                    self._result_cache.clear()
+                self._result_cache[rkey] = alloc
             out.append(ClaimAllocation(pc.claim, alloc, tuple(p for _, p in picks)))
         return tuple(out)
 

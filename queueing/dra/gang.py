@@ -255,14 +255,16 @@ class Transaction:
     def _apply(self, step: _Step) -> None:
         used = self.state.used[step.node]
         for r, v in step.requests.items():
-            used[r] = used.get(r, Fraction(0)) + v
+            if v:  # adding nothing changes nothing
+                used[r] = used.get(r, Fraction(0)) + v
         self._steps.append(step)
 
     def _undo_last(self) -> None:
         step = self._steps.pop()
         used = self.state.used[step.node]
         for r, v in step.requests.items():
-            used[r] -= v
+            if v:
+                used[r] -= v
         for ca in step.claims:
             for p in ca.picks:
                 self.state.usage.give_back(p)

@@ -230,6 +230,20 @@ class DraState:
     """Which plans hold devices and node resources: workload key -> plans (usually one)."""
 
     holds: Mapping[str, tuple[DraPlan, ...]] = field(default_factory=dict)
+    # the state this one was derived from by ``DraPlacer.add``/``remove`` and the keys that differ
+    # from it: lets the placer bring its ClusterState in step by the difference only
+    parent: DraState | None = field(default=None, compare=False, repr=False)
+    changed: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    depth: int = field(default=0, compare=False, repr=False)
+
+
+_MAX_DEPTH = 64  # derivation chains longer than this are cut (the placer then compares all keys)
+
+
+def _derived(state: DraState, holds: Mapping[str, tuple[DraPlan, ...]], key: str) -> DraState:
+    if state.depth >= _MAX_DEPTH:
+        return DraState(holds)
+    return DraState(holds, state, frozenset((key,)), state.depth + 1)
 
 
 # ------------------------------------------------------------------------------------ the placer
@@ -315,14 +329,14 @@ class DraPlacer:
             return state
         holds = dict(state.holds)
         holds[key] = (*holds.get(key, ()), d)
-        return DraState(holds)
+        return _derived(state, holds, key)
 
     def remove(self, state: DraState, key: str) -> DraState:
         if key not in state.holds:
             return state
         holds = dict(state.holds)
         del holds[key]
-        return DraState(holds)
+        return _derived(state, holds, key)
 
     def place(
         self,
@@ -567,10 +581,73 @@ class DraPlacer:
         return None
 
     # ---- the mutable ClusterState in step with a DraState ------------------------------------
+    def _delta(self, state: DraState) -> set[str] | None:
+        """Keys whose holds may differ between ``state`` and the synced state (None: unknown)."""
+        synced = self._synced
+        if synced is None:
+            return None
+        back: dict[int, int] = {}
+        x: DraState | None = synced
+        chain_b: list[DraState] = []
+        while x is not None:
+            back[id(x)] = len(chain_b)
+            chain_b.append(x)
+            x = x.parent
+        keys: set[str] = set()
+        y: DraState | None = state
+        while y is not None:
+            j = back.get(id(y))
+            if j is not None and chain_b[j] is y:
+                for b in chain_b[:j]:
+                    keys.update(b.changed)
+                return keys
+            keys.update(y.changed)
+            y = y.parent
+        return None
+
     def sync(self, state: DraState) -> None:
         if state is self._synced:
             return
         want = state.holds
+        keys = self._delta(state)
+        if keys is not None:
+            # only these keys can differ; the plans involved must not use shared claims (their
+            # allocation depends on the order plans are applied in: the full pass below keeps it)
+            redo: list[str] = []
+            for k in keys:
+                cur = want.get(k)
+                plans = self._applied.get(k)
+                if plans is not None and (
+                    cur is None
+                    or len(cur) != len(plans)
+                    or any(a is not b for a, b in zip(cur, plans, strict=True))
+                ):
+                    redo.append(k)
+                elif plans is None and cur is None:
+                    continue
+                elif plans is None:
+                    redo.append(k)
+            if not any(
+                pp.shared or pp.shared_new
+                for k in redo
+                for plans in (self._applied.get(k, ()), want.get(k, ()))
+                for plan in plans
+                for pp in plan.pods
+            ):
+                for k in redo:
+                    old = self._applied.pop(k, None)
+                    if old is not None:
+                        for p in old:
+                            self._unapply(p)
+                for k in redo:
+                    cur = want.get(k)
+                    if cur is not None:
+                        for p in cur:
+                            self._apply(p)
+                        self._applied[k] = cur
+                self._synced = state
+                self._free_cache = None
+                return
         for k, plans in list(self._applied.items()):
             cur = want.get(k)
             if cur is not plans and (
@@ -596,7 +673,8 @@ class DraPlacer:
             if i is not None:
                 used = cs.used[i]
                 for r, v in pp.node_resources:
-                    used[r] = used.get(r, Fraction(0)) + v
+                    if v:
+                        used[r] = used.get(r, Fraction(0)) + v
             for p in pp.picks:
                 cs.usage.take(p)
             self._count_taken(pp.picks, 1)
@@ -620,7 +698,8 @@ class DraPlacer:
             if i is not None:
                 used = cs.used[i]
                 for r, v in pp.node_resources:
-                    used[r] = used.get(r, Fraction(0)) - v
+                    if v:
+                        used[r] = used.get(r, Fraction(0)) - v
             for p in pp.picks:
                 cs.usage.give_back(p)
             self._count_taken(pp.picks, -1)
