@@ -200,6 +200,23 @@ class Simulation:
         cq_usage: dict[str, dict[str, float]] = {}
         last_decay = 0.0
         strategy = cfg.wait_for_pods_ready.requeuing_strategy
+        # (backoff end, key) of pending workloads in backoff; stale entries are skipped when met
+        backoffs: list[tuple[float, str]] = []
+        # ClusterQueue -> pending workloads (for the samples), kept in step with ``pending``
+        pending_per_cq: dict[str, int] = {}
+
+        def add_pending(key: str, w: WorkloadInfo) -> None:
+            if key not in pending:
+                cq = lq_of.get(w.queue_key, "")
+                pending_per_cq[cq] = pending_per_cq.get(cq, 0) + 1
+            pending[key] = w
+            if w.backoff_until is not None:
+                heapq.heappush(backoffs, (w.backoff_until, key))
+
+        def drop_pending(key: str) -> None:
+            w = pending.pop(key, None)
+            if w is not None:
+                pending_per_cq[lq_of.get(w.queue_key, "")] -= 1
 
         def stat(cq: str | None) -> QueueSummary | None:
             if cq is None:
@@ -221,10 +238,10 @@ class Simulation:
             n = requeues.get(a.key, 0)
             dec = next_requeue(n, now, strategy)
             if dec.deactivate:
-                pending[a.key] = replace(a.workload, active=False, requeue_time=now, backoff_until=None)
+                add_pending(a.key, replace(a.workload, active=False, requeue_time=now, backoff_until=None))
             else:
                 requeues[a.key] = dec.count
-                pending[a.key] = replace(a.workload, requeue_time=now, backoff_until=dec.requeue_at)
+                add_pending(a.key, replace(a.workload, requeue_time=now, backoff_until=dec.requeue_at))
             last_reason.pop(a.key, None)
 
         while True:
@@ -238,13 +255,15 @@ class Simulation:
                 heapq.heappop(ends)
             if ends:
                 cands.append(ends[0][0])
-            future_backoff = [
-                w.backoff_until
-                for w in pending.values()
-                if w.backoff_until is not None and w.backoff_until > now
-            ]
-            if future_backoff:
-                cands.append(min(future_backoff))
+            # the earliest backoff end still ahead among pending workloads
+            while backoffs:
+                bt, bkey = backoffs[0]
+                bw = pending.get(bkey)
+                if bt <= now or bw is None or bw.backoff_until != bt:
+                    heapq.heappop(backoffs)
+                    continue
+                cands.append(bt)
+                break
             if not cands:
                 break
             t = max(now, min(cands))
@@ -275,7 +294,7 @@ class Simulation:
             while ai < len(arrivals) and arrivals[ai].arrival <= now:
                 j = arrivals[ai]
                 ai += 1
-                pending[j.key] = j.info
+                add_pending(j.key, j.info)
             # ---- admission fair sharing: decayed usage
             if afs is not None:
                 cur_lq: dict[str, dict[str, float]] = {}
@@ -334,7 +353,7 @@ class Simulation:
                 key = adm.key
                 rec = adm.admitted(now)
                 running[key] = rec
-                pending.pop(key, None)
+                drop_pending(key)
                 last_reason.pop(key, None)
                 serial += 1
                 started[key] = serial
@@ -377,19 +396,17 @@ class Simulation:
                         d = store.setdefault(k, {})
                         for r, v in m.items():
                             d[r] = d.get(r, 0.0) + v
-            for key, pr in sorted(res.pending.items()):
-                if key not in pending:
-                    continue
-                sig = (pr.reason, pr.message, pr.cluster_queue)
-                if last_reason.get(key) != sig:
-                    last_reason[key] = sig
-                    pcq = pr.cluster_queue or lq_of.get(pending[key].queue_key)
-                    events.append(SimEvent(now, "Inadmissible", key, pcq, f"{pr.reason}: {pr.message}"))
+            changed = []
+            for key, pr in res.pending.items():
+                if key in pending and last_reason.get(key) != (pr.reason, pr.message, pr.cluster_queue):
+                    changed.append(key)
+            for key in sorted(changed):  # events in key order
+                pr = res.pending[key]
+                last_reason[key] = (pr.reason, pr.message, pr.cluster_queue)
+                pcq = pr.cluster_queue or lq_of.get(pending[key].queue_key)
+                events.append(SimEvent(now, "Inadmissible", key, pcq, f"{pr.reason}: {pr.message}"))
             busy = placer.busy_units(state)
-            per_cq: dict[str, int] = {}
-            for w in pending.values():
-                cq = lq_of.get(w.queue_key, "")
-                per_cq[cq] = per_cq.get(cq, 0) + 1
+            per_cq = {cq: n for cq, n in pending_per_cq.items() if n}
             if samples and samples[-1].time == now:
                 samples[-1] = Sample(now, per_cq, busy)  # one sample per instant: the last state
             else:
