@@ -68,7 +68,7 @@ def read_documents(paths: Iterable[str]) -> list[tuple[dict[str, Any], str]]:
             except yaml.YAMLError as e:
                 mark = getattr(e, "problem_mark", None)
                 line = f" line {mark.line + 1}:" if mark is not None else ""
-                problem = getattr(e, "problem", None) or str(e)
+                problem = " ".join(str(getattr(e, "problem", None) or e).split())  # one line
                 raise ManifestError(f"{f}:{line} not valid YAML/JSON: {problem}") from None
             for i, d in enumerate(docs):
                 if d is not None:

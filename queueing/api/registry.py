@@ -110,7 +110,7 @@ def parse_object(obj: Any) -> KubeObject:
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
     ns = meta.get("namespace")
-    ref = f"{kind or '<no kind>'} {ns + '/' if ns else ''}{name}"
+    ref = f"{kind or '<no kind>'} {f'{ns}/' if ns else ''}{name}"
     if not isinstance(api_version, str) or not isinstance(kind, str):
         raise ObjectError(ref, ["apiVersion and kind must be set"])
     model = model_for(api_version, kind)
