@@ -1,0 +1,135 @@
+"""Bad input through the controller on the emulator: each bad object yields a condition or an Event with
+a clear message naming what is wrong, and the controller keeps serving everyone else (a good Job
+created after the bad ones is admitted and runs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from queueing.kube.client import JOBS, KubeClient
+from queueing.testing import Emulator
+from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
+from tests.controller.standins import StandIns
+from tests.controller.test_admission import cond, items, running, workload
+
+
+def template(name: str, device_class: str, count: int = 1, cel: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "count": count}
+    if cel is not None:
+        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
+def cover(emu: Emulator, device_class: str) -> None:
+    """The ClusterQueue has quota for ``device_class`` too (so the quota check is not what fails)."""
+    rt = emu.store.resource("clusterqueues", "queueing.dra.io")
+    cq = emu.store.get(rt, None, "team")
+    group = cq["spec"]["resourceGroups"][0]
+    group["coveredResources"].append(device_class)
+    group["flavors"][0]["resources"].append({"name": device_class, "nominalQuota": 8})
+    emu.store.update(rt, None, "team", cq)
+
+
+def set_quota(emu: Emulator, nominal: int) -> None:
+    rt = emu.store.resource("clusterqueues", "queueing.dra.io")
+    cq = emu.store.get(rt, None, "team")
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = nominal
+    emu.store.update(rt, None, "team", cq)
+
+
+def messages(emu: Emulator, name: str) -> str:
+    """Everything a user sees about ``job-NAME`` / ``NAME``: QuotaReserved message, Events."""
+    out = []
+    c = cond(workload(emu, f"job-{name}"), "QuotaReserved")
+    if c is not None and c["status"] == "False":
+        out.append(c.get("message") or "")
+    for e in items(emu, "events"):
+        if (e["involvedObject"]["name"] in (name, f"job-{name}") and e["type"] == "Warning") or (
+            e["involvedObject"]["name"] == f"job-{name}" and e["reason"] in ("Inadmissible", "Pending")
+        ):
+            out.append(e.get("message") or "")
+    return "\n".join(out)
+
+
+# case -> (objects to load unvalidated, the bad Job, words the message must contain)
+CASES: dict[str, tuple[list[dict[str, Any]], dict[str, Any], tuple[str, ...]]] = {
+    "malformed CEL in a DeviceClass": (
+        [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": "broken-class"},
+                "spec": {"selectors": [{"cel": {"expression": "device.driver == "}}]},
+            },
+            template("uses-broken-class", "broken-class"),
+        ],
+        job("bad", template="uses-broken-class"),
+        ("DeviceClass broken-class", "spec.selectors[0].cel.expression", "syntax error"),
+    ),
+    "malformed CEL in a claim": (
+        [template("bad-cel", GPU_CLASS, cel='device.attributes["x"].index >>> 1')],
+        job("bad", template="bad-cel"),
+        ("ResourceClaim default/job-bad", "selectors[0].cel.expression", "syntax error"),
+    ),
+    "unknown DeviceClass": (
+        [template("unknown-class", "no-such-class")],
+        job("bad", template="unknown-class"),
+        ("no-such-class",),
+    ),
+    "more than 32 devices": (
+        [template("too-many", GPU_CLASS, count=33)],
+        job("bad", template="too-many"),
+        ("33 > 8",),  # the quota says it first
+    ),
+    "unknown DeviceClass with quota for it": (
+        [template("unknown-covered", "no-such-class"), {"kind": "_cover", "name": "no-such-class"}],
+        job("bad", template="unknown-covered"),
+        ("no-such-class",),
+    ),
+    "more than 32 devices within quota": (
+        [template("too-many", GPU_CLASS, count=33), {"kind": "_quota", "value": 64}],
+        job("bad", template="too-many"),
+        ("33",),
+    ),
+    "unknown queue name": ([], job("bad", queue="no-such-queue"), ("no-such-queue",)),
+    "invalid queue name": (
+        [],
+        job("bad", queue="Not_A.Valid-Queue_"),
+        ("Job default/bad", "is not a valid name"),
+    ),
+    "missing claim template": ([], job("bad", template="never-created"), ("never-created",)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+async def test_bad_input_is_reported_and_others_are_served(
+    case: str, emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    objects, bad_job, words = CASES[case]
+    emu.load_objects([o for o in objects if not o["kind"].startswith("_")])
+    for o in objects:
+        if o["kind"] in ("DeviceClass", "_cover"):
+            cover(emu, o.get("name") or o["metadata"]["name"])
+        elif o["kind"] == "_quota":
+            set_quota(emu, o["value"])
+    await harness.start()
+    await admin.create(JOBS, bad_job)
+    await admin.create(JOBS, job("good"))
+    await eventually(lambda: running(emu, "good", 1), f"the good Job runs ({case})")
+    msg = await eventually(
+        lambda: (m := messages(emu, "bad")) and all(w.lower() in m.lower() for w in words) and m,
+        f"a message naming {words} ({case}); got {messages(emu, 'bad')!r}",
+    )
+    print(f"\n{case}: {msg}")
+    assert "Traceback" not in msg
+    assert not running(emu, "bad", 1)
+    assert harness.controller is not None and harness.controller._task is not None
+    assert not harness.controller._task.done()
+    assert not cluster.errors
