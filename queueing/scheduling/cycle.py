@@ -28,6 +28,7 @@ import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from operator import attrgetter
 from typing import Any
 
 from queueing.scheduling.assign import Assigner, Assignment
@@ -123,6 +124,10 @@ def _inactive(snapshot: ClusterSnapshot, tree: QuotaTree) -> dict[str, str]:
     return out
 
 
+_priority = attrgetter("priority")
+_time_key = attrgetter("order_time", "key")
+
+
 class _Queue:
     """A ClusterQueue's pending workloads: one sorted run per fit signature, merged by a heap."""
 
@@ -132,7 +137,10 @@ class _Queue:
         for w in items:
             self.runs.setdefault(w.fit_signature, []).append(w)
         for run in self.runs.values():
-            run.sort(key=lambda w: (-w.priority, w.order_time, w.key))
+            # by (-priority, order_time, key): two stable passes with plain attribute keys (the
+            # second, descending by priority, keeps the first's order among equal priorities)
+            run.sort(key=_time_key)
+            run.sort(key=_priority, reverse=True)
         self.pos = dict.fromkeys(self.runs, 0)
         self.rekey()
 

@@ -36,6 +36,7 @@ Plans recorded in a Workload's ``status.admission`` (after a restart) come in as
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -287,7 +288,9 @@ class DraPlacer:
         self._synced: DraState | None = None
         self._shared_users: dict[str, int] = {}
         self._shared_ours: dict[str, tuple[Pick, ...]] = {}  # shared claims allocated by held plans
-        self._pods_cache: dict[tuple[object, ...], tuple[list[Pod], list[tuple[str, int]]]] = {}
+        self._pods_cache: OrderedDict[tuple[object, ...], tuple[list[Pod], list[tuple[str, int]]]] = (
+            OrderedDict()
+        )
         self._resolved: dict[RecordedPlan, DraPlan] = {}
         self._free_cache: list[tuple[str, int | None]] | None = None
         self._taken_by_node: dict[str, int] = {}
@@ -753,6 +756,7 @@ class DraPlacer:
         )
         hit = self._pods_cache.get(ck)
         if hit is not None:
+            self._pods_cache.move_to_end(ck)  # least recently used first out
             return hit
         pods: list[Pod] = []
         index: list[tuple[str, int]] = []
@@ -777,8 +781,8 @@ class DraPlacer:
                     )
                 )
                 index.append((ps.name, i))
-        if len(self._pods_cache) > 4096:
-            self._pods_cache.clear()
+        while len(self._pods_cache) >= 8192:
+            self._pods_cache.popitem(last=False)
         self._pods_cache[ck] = (pods, index)
         return pods, index
 

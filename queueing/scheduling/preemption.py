@@ -366,12 +366,11 @@ def _fair_search(
     try:
         floor = dominant_resource_share(probe_tree, cq_id(ctx.cq.name), req0).key()
         strict = strategy == "LessThanInitialShare"
-        keep = {
-            c
-            for c in {a.cluster_queue for a in others}
-            if (dominant_resource_share(probe_tree, cq_id(c)).key() > floor)
-            or (not strict and dominant_resource_share(probe_tree, cq_id(c)).key() == floor)
-        }
+        keep: set[str] = set()
+        for c in {a.cluster_queue for a in others}:
+            k = dominant_resource_share(probe_tree, cq_id(c)).key()
+            if k > floor or (not strict and k == floor):
+                keep.add(c)
     finally:
         for name, u in rm.items():
             probe_tree.add_usage(name, u)
