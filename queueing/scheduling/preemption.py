@@ -367,10 +367,10 @@ def _fair_search(
         floor = dominant_resource_share(probe_tree, cq_id(ctx.cq.name), req0).key()
         strict = strategy == "LessThanInitialShare"
         keep: set[str] = set()
-        for c in {a.cluster_queue for a in others}:
-            k = dominant_resource_share(probe_tree, cq_id(c)).key()
+        for qn in {a.cluster_queue for a in others}:
+            k = dominant_resource_share(probe_tree, cq_id(qn)).key()
             if k > floor or (not strict and k == floor):
-                keep.add(c)
+                keep.add(qn)
     finally:
         for name, u in rm.items():
             probe_tree.add_usage(name, u)
