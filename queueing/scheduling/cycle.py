@@ -247,7 +247,18 @@ def run_cycle(
     pending: dict[str, PendingReason] = {}
     queues: dict[str, list[WorkloadInfo]] = {}
     ns_ok: dict[tuple[str, str], bool] = {}
+    # (LocalQueue key, namespace) -> the ClusterQueue to queue in, or why not (the same for every
+    # workload of that LocalQueue: decided once)
+    routed: dict[tuple[str, str], str | PendingReason] = {}
     for wl in snapshot.pending:
+        if wl.active and (wl.backoff_until is None or wl.backoff_until <= now):
+            route = routed.get((wl.queue_key, wl.namespace))
+            if isinstance(route, str):
+                queues.setdefault(route, []).append(wl)
+                continue
+            if route is not None:
+                pending[wl.key] = route
+                continue
         lq = lqs.get(wl.queue_key)
         cq_name = lq.cluster_queue if lq else None
         if not wl.active:
@@ -258,20 +269,25 @@ def run_cycle(
                 cq_name, "Backoff", f"requeue backoff until t={wl.backoff_until:g}s"
             )
             continue
+        rkey = (wl.queue_key, wl.namespace)
         if lq is None:
-            pending[wl.key] = PendingReason(None, "Inadmissible", f"LocalQueue {wl.queue_key} doesn't exist")
+            pending[wl.key] = routed[rkey] = PendingReason(
+                None, "Inadmissible", f"LocalQueue {wl.queue_key} doesn't exist"
+            )
             continue
         if lq.stop_policy != "None":
-            pending[wl.key] = PendingReason(cq_name, "Inadmissible", f"LocalQueue {lq.key} is stopped")
+            pending[wl.key] = routed[rkey] = PendingReason(
+                cq_name, "Inadmissible", f"LocalQueue {lq.key} is stopped"
+            )
             continue
         cq = cqs.get(lq.cluster_queue)
         if cq is None:
-            pending[wl.key] = PendingReason(
+            pending[wl.key] = routed[rkey] = PendingReason(
                 cq_name, "Inadmissible", f"ClusterQueue {lq.cluster_queue} doesn't exist"
             )
             continue
         if cq.name in inactive:
-            pending[wl.key] = PendingReason(
+            pending[wl.key] = routed[rkey] = PendingReason(
                 cq.name, "Inadmissible", f"ClusterQueue {cq.name} is inactive: {inactive[cq.name]}"
             )
             continue
@@ -282,12 +298,13 @@ def run_cycle(
             selected = cq.namespace_selector is not None and cq.namespace_selector.matches(ns_labels)
             ns_ok[sel_key] = selected
         if not selected:
-            pending[wl.key] = PendingReason(
+            pending[wl.key] = routed[rkey] = PendingReason(
                 cq.name,
                 "Inadmissible",
                 f"namespace {wl.namespace} doesn't match the selector of ClusterQueue {cq.name}",
             )
             continue
+        routed[rkey] = cq.name
         queues.setdefault(cq.name, []).append(wl)
 
     # admission fair sharing: local copies of decayed usage, growing by entry penalties
@@ -352,8 +369,7 @@ def run_cycle(
         q = qs[name]
         keys.pop(name, None)
         if failed is not None:
-            for w in q.drop_head_kind():
-                pending[w.key] = failed
+            pending.update(dict.fromkeys([w.key for w in q.drop_head_kind()], failed))
         else:
             q.pop_head()
         if afs is not None and cqs[name].admission_fair_sharing:
