@@ -1,0 +1,211 @@
+"""Soak: the controller on the API emulator with a SQLite ledger, thousands of Jobs arriving and
+finishing, random priorities (so lower-priority Jobs are evicted by preemption), finished Jobs and
+Workloads deleted as a TTL controller would. Reports RSS after the warm-up and at the end, the asyncio
+task count, and checks the ledger at the end (no active admission, zero usage, a workload's
+admissions never overlap).
+
+    python bench/soak.py                 # 2000 Jobs
+    python bench/soak.py --jobs 10000    # longer
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import text
+
+from queueing.kube.client import JOBS, KubeClient, api_client_for_url
+from queueing.ledger.migrate import upgrade_async
+from queueing.ledger.repository import Ledger
+from queueing.testing import run_emulator
+from tests.controller.conftest import CONTROLLER_TOKEN, CRDS, Harness, ManualTime, cluster_objects
+from tests.controller.standins import JOB_NAME_LABEL, StandIns, suspend_queued_jobs
+from tests.controller.test_eviction import prio_job, priority_classes
+from tests.reliability.crash import crash_config
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@dataclass
+class SoakResult:
+    jobs: int
+    seconds: float
+    admissions: int
+    evictions: int
+    rss_warm_mb: float
+    rss_end_mb: float
+    tasks_warm: int
+    tasks_end: int
+    rss_running_mb: float
+    tasks_running: int
+    problems: list[str]
+
+    def summary(self) -> str:
+        return (
+            f"{self.jobs} Jobs in {self.seconds:.0f}s ({self.jobs / self.seconds:.1f} Jobs/s); "
+            f"{self.admissions} admissions, {self.evictions} released early (preemption); "
+            f"RSS {self.rss_warm_mb:.0f} MB after warm-up -> {self.rss_running_mb:.0f} MB at the last Job "
+            f"({self.rss_end_mb:.0f} MB after shutdown); asyncio tasks {self.tasks_warm} after warm-up -> "
+            f"{self.tasks_running} at the last Job ({self.tasks_end} after shutdown); "
+            f"ledger {'consistent' if not self.problems else self.problems}"
+        )
+
+
+async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | None = None) -> SoakResult:
+    rng = random.Random(seed)
+    warmup = warmup if warmup is not None else max(20, jobs // 10)
+    t0 = time.monotonic()
+    clock = ManualTime()
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = Ledger.from_url(f"sqlite+aiosqlite:///{Path(tmp) / 'ledger.db'}")
+        await upgrade_async(ledger.engine)
+        async with run_emulator(crds_dir=CRDS, bookmark_interval=None) as emu:
+            emu.tokens[CONTROLLER_TOKEN] = "system:serviceaccount:queueing-system:queueing-controller"
+            emu.store.admission_hooks.append(suspend_queued_jobs)
+            emu.load_objects(cluster_objects())
+            priority_classes(emu)
+            rt = {
+                k: emu.store.resource(*k.split(".", 1))
+                for k in ("jobs.batch", "workloads.queueing.dra.io", "pods.")
+            }
+
+            def live(kind: str) -> list[dict[str, Any]]:
+                return emu.store.list(rt[kind], "default", None)[0]
+
+            harness = Harness(emu, ledger, crash_config(), clock=clock, eviction_timeout=1e9)
+            admin_api = api_client_for_url(emu.url, token="admin-token")
+            admin = KubeClient(admin_api)
+            rss_warm = tasks_warm = 0.0
+            async with StandIns(emu) as cluster:
+                await harness.start()
+                created = done = 0
+                stalled = 0
+                while done < jobs:
+                    jl = live("jobs.batch")
+                    complete = [
+                        j
+                        for j in jl
+                        if any(
+                            c.get("type") == "Complete"
+                            for c in (j.get("status") or {}).get("conditions") or []
+                        )
+                    ]
+                    for j in complete:  # TTL after finished: the Job, its Workload, its pods go
+                        n = j["metadata"]["name"]
+                        wl = emu.store.get(rt["workloads.queueing.dra.io"], "default", f"job-{n}")
+                        if not any(
+                            c.get("type") == "Finished" and c.get("status") == "True"
+                            for c in (wl.get("status") or {}).get("conditions") or []
+                        ):
+                            continue  # the controller has not seen it finish yet
+                        for p in emu.store.list(rt["pods."], "default", f"{JOB_NAME_LABEL}={n}")[0]:
+                            emu.store.delete(rt["pods."], "default", p["metadata"]["name"])
+                        emu.store.delete(rt["workloads.queueing.dra.io"], "default", f"job-{n}")
+                        emu.store.delete(rt["jobs.batch"], "default", n)
+                        done += 1
+                        if done == warmup:
+                            gc.collect()
+                            rss_warm, tasks_warm = rss_mb(), len(asyncio.all_tasks())
+                    in_flight = created - done
+                    while created < jobs and in_flight < window:
+                        body = prio_job(
+                            f"s{created}",
+                            rng.choice(["low", "low", "mid", "high"]),
+                            template=rng.choice(["gpu-1", "gpu-2", "gpu-4"]),
+                            parallelism=rng.choice([1, 1, 2]),
+                        )
+                        await admin.create(JOBS, body)
+                        created += 1
+                        in_flight += 1
+                    running = sorted(
+                        {
+                            (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL, "")
+                            for p in live("pods.")
+                            if (p.get("status") or {}).get("phase") == "Running"
+                        }
+                    )
+                    if running and rng.random() < 0.5:
+                        cluster.finish_pods("default", rng.choice(running))
+                        stalled = 0
+                    else:
+                        stalled += 1
+                        if stalled > 3000:
+                            raise AssertionError(f"soak stalled at {done} of {jobs} done")
+                    clock.advance(1.0)
+                    if harness.controller is not None:
+                        harness.controller.wake()
+                    await asyncio.sleep(0.01)
+                gc.collect()
+                rss_running, tasks_running = rss_mb(), len(asyncio.all_tasks())
+                await harness.stop()
+                errors = list(cluster.errors)
+            await admin_api.close()
+        gc.collect()
+        rss_end, tasks_end = rss_mb(), len(asyncio.all_tasks())
+        problems = list(errors)
+        state = await ledger.load_state()
+        if state.admissions:
+            problems.append(f"{len(state.admissions)} active admissions left")
+        if any(not q.is_zero() for q in state.usage.values()):
+            problems.append(f"usage left {dict(state.usage)}")
+        async with ledger.engine.connect() as c:
+            rows = (
+                await c.execute(
+                    text(
+                        "SELECT workload_uid, admitted_at_ms, released_at_ms, release_reason FROM admissions "
+                        "ORDER BY workload_uid, attempt"
+                    )
+                )
+            ).all()
+        last: dict[str, Any] = {}
+        for r in rows:
+            prev = last.get(r[0])
+            if prev is not None and (prev[2] is None or r[1] < prev[2]):
+                problems.append(f"overlapping admissions for {r[0]}")
+            last[r[0]] = r
+        if len(last) != jobs:
+            problems.append(f"{len(last)} workloads admitted, {jobs} Jobs")
+        await ledger.close()
+    return SoakResult(
+        jobs=jobs,
+        seconds=time.monotonic() - t0,
+        admissions=len(rows),
+        evictions=sum(1 for r in rows if r[3] not in ("Succeeded", "Failed")),
+        rss_warm_mb=rss_warm,
+        rss_end_mb=rss_end,
+        tasks_warm=int(tasks_warm),
+        tasks_end=tasks_end,
+        rss_running_mb=rss_running,
+        tasks_running=tasks_running,
+        problems=problems,
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--window", type=int, default=12, help="Jobs in flight at once")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    r = asyncio.run(soak(args.jobs, args.window, args.seed))
+    print(r.summary())
+    return 1 if r.problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
