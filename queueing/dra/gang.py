@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
+from queueing.api.base import ObjectMeta
 from queueing.api.core import Node, Pod
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from queueing.dra.allocator import (
@@ -224,6 +225,8 @@ class ClusterState:
         self._open: Transaction | None = None
         # id(pod) -> what placement derives from the pod alone (see ``_Gang._plan``)
         self._pod_static: dict[int, _PodStatic] = {}
+        # template key -> (template, a claim validated from it) (see ``_Gang._plan_full``)
+        self._claim_protos: dict[str, tuple[ResourceClaimTemplate, ResourceClaim]] = {}
 
     def begin(self) -> Transaction:
         if self._open is not None and self._open.status == "tentative":
@@ -426,12 +429,29 @@ class _Gang:
                     raise AllocationError(
                         ref, f"{path}.resourceClaimTemplateName", f"ResourceClaimTemplate {tkey} not found"
                     )
-                claim = ResourceClaim.model_validate(
-                    {
-                        "apiVersion": "resource.k8s.io/v1",
-                        "kind": "ResourceClaim",
-                        "metadata": {"name": f"{pod.name}-{prc.name}", "namespace": ns},
-                        "spec": t.spec.spec.model_dump(by_alias=True, exclude_unset=True, mode="json"),
+                proto = self.state._claim_protos.get(tkey)
+                if proto is None or proto[0] is not t:
+                    # validated once per template; each pod's claim is that claim renamed (the
+                    # spec is a value shared between them, never changed)
+                    proto = (
+                        t,
+                        ResourceClaim.model_validate(
+                            {
+                                "apiVersion": "resource.k8s.io/v1",
+                                "kind": "ResourceClaim",
+                                "metadata": {"name": "proto", "namespace": ns},
+                                "spec": t.spec.spec.model_dump(
+                                    by_alias=True, exclude_unset=True, mode="json"
+                                ),
+                            }
+                        ),
+                    )
+                    self.state._claim_protos[tkey] = proto
+                claim = proto[1].model_copy(
+                    update={
+                        "metadata": ObjectMeta.model_validate(
+                            {"name": f"{pod.name}-{prc.name}", "namespace": ns}
+                        )
                     }
                 )
                 own.append(self.state.allocator.prepare_claim(claim))

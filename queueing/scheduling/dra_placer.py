@@ -298,7 +298,10 @@ class DraPlacer:
             dev = self.cluster.inventory.devices.get(key)
             if cnt > 0 and dev is not None and dev.node_name is not None:
                 self._taken_by_node[dev.node_name] = self._taken_by_node.get(dev.node_name, 0) + 1
-        self._node_totals: list[tuple[str, int | None]] | None = None
+        self._node_caps: list[tuple[str, int | None]] | None = None
+        self._totals: dict[
+            int, tuple[DraPlan, list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]]
+        ] = {}
         self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str]] = {}
         self._unit_cache: (
             tuple[
@@ -490,16 +493,16 @@ class DraPlacer:
         free, devices reachable from several nodes count on each: an over-estimate, never less."""
         if self._free_cache is None:
             cs = self.cluster
-            if self._node_totals is None:
+            if self._node_caps is None:
                 totals: list[tuple[str, int | None]] = []
                 for n in cs.nodes:
                     devs = cs.inventory.devices_on(n)
                     multi = any(d.multi for d in devs)
                     totals.append((n.name, None if multi else len(devs)))
-                self._node_totals = totals
+                self._node_caps = totals
             taken = self._taken_by_node
             self._free_cache = [
-                (n, None if t is None else max(0, t - taken.get(n, 0))) for n, t in self._node_totals
+                (n, None if t is None else max(0, t - taken.get(n, 0))) for n, t in self._node_caps
             ]
         return self._free_cache
 
@@ -669,15 +672,34 @@ class DraPlacer:
         self._synced = state
         self._free_cache = None
 
-    def _apply(self, plan: DraPlan) -> None:
+    def _node_totals(self, plan: DraPlan) -> list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]:
+        """What the plan's pods take from each node's allocatable, summed per node (exact sums:
+        adding them at once equals adding them pod by pod)."""
+        hit = self._totals.get(id(plan))
+        if hit is not None and hit[0] is plan:
+            return hit[1]
         cs = self.cluster
+        per: dict[int, dict[str, Fraction]] = {}
         for pp in plan.pods:
             i = cs.node_index.get(pp.node)
-            if i is not None:
-                used = cs.used[i]
-                for r, v in pp.node_resources:
-                    if v:
-                        used[r] = used.get(r, Fraction(0)) + v
+            if i is None:
+                continue
+            acc = per.setdefault(i, {})
+            for r, v in pp.node_resources:
+                if v:
+                    acc[r] = acc.get(r, Fraction(0)) + v
+        out = [(cs.used[i], [(r, v) for r, v in acc.items() if v]) for i, acc in per.items()]
+        if len(self._totals) > 50_000:
+            self._totals.clear()
+        self._totals[id(plan)] = (plan, out)
+        return out
+
+    def _apply(self, plan: DraPlan) -> None:
+        cs = self.cluster
+        for used, res in self._node_totals(plan):
+            for r, v in res:
+                used[r] = used.get(r, Fraction(0)) + v
+        for pp in plan.pods:
             for p in pp.picks:
                 cs.usage.take(p)
             self._count_taken(pp.picks, 1)
@@ -696,13 +718,10 @@ class DraPlacer:
 
     def _unapply(self, plan: DraPlan) -> None:
         cs = self.cluster
+        for used, res in self._node_totals(plan):
+            for r, v in res:
+                used[r] = used.get(r, Fraction(0)) - v
         for pp in plan.pods:
-            i = cs.node_index.get(pp.node)
-            if i is not None:
-                used = cs.used[i]
-                for r, v in pp.node_resources:
-                    if v:
-                        used[r] = used.get(r, Fraction(0)) - v
             for p in pp.picks:
                 cs.usage.give_back(p)
             self._count_taken(pp.picks, -1)
