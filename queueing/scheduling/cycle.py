@@ -357,8 +357,17 @@ def run_cycle(
         name: _Queue(lst, (lambda w, c=cqs[name]: within_key(c, w)))  # type: ignore[misc]
         for name, lst in queues.items()
     }
-    keys: dict[str, tuple[Any, ...]] = {}
-    dirty_roots: set[str] | None = None  # None: everything
+    # the best head over all ClusterQueues: a heap of (head key, version, queue); an entry is
+    # current while its version is the queue's. A queue's key is recomputed when its head changed
+    # (``stale``) or its cohort tree's usage changed (``dirty_roots``); keys end in the workload's
+    # key, so they are unique and the heap's top is the minimum over all queues with a head.
+    stale: set[str] = set(queues)
+    dirty_roots: set[str] = set()
+    by_root: dict[str, list[str]] = {}
+    for n in queues:
+        by_root.setdefault(tree.root_of(n), []).append(n)
+    heap: list[tuple[tuple[Any, ...], int, str]] = []
+    version: dict[str, int] = {}
 
     def current(name: str) -> WorkloadInfo | None:
         return qs[name].head()
@@ -367,7 +376,7 @@ def run_cycle(
         """Move past the head; ``failed``: the head did not fit and, as capacity only shrinks
         during a cycle, neither do the rest of its kind (same fit signature, no higher priority)."""
         q = qs[name]
-        keys.pop(name, None)
+        stale.add(name)
         if failed is not None:
             pending.update(dict.fromkeys([w.key for w in q.drop_head_kind()], failed))
         else:
@@ -382,7 +391,7 @@ def run_cycle(
         for w in qs[name].drain():
             if w.key != head.key:
                 pending[w.key] = reason
-        keys.pop(name, None)
+        stale.add(name)
 
     def charge_afs(wl: WorkloadInfo, cq: str, usage: Mapping[FlavorResource, Fraction]) -> None:
         if afs is None:
@@ -396,16 +405,22 @@ def run_cycle(
                 p[r] = p.get(r, 0.0) + v
 
     while True:
-        live = [n for n in queues if current(n) is not None]
-        if not live:
-            break
-        for n in live:
-            if n not in keys or (dirty_roots is None or tree.root_of(n) in dirty_roots):
-                head = current(n)
-                assert head is not None
-                keys[n] = head_key(cqs[n], head)
+        todo = stale
+        stale = set()
+        for r in dirty_roots:
+            todo.update(by_root.get(r, ()))
         dirty_roots = set()
-        name = min(live, key=lambda n: keys[n])
+        for n in todo:
+            v = version.get(n, 0) + 1
+            version[n] = v
+            head = current(n)
+            if head is not None:
+                heapq.heappush(heap, (head_key(cqs[n], head), v, n))
+        while heap and heap[0][1] != version[heap[0][2]]:
+            heapq.heappop(heap)
+        if not heap:
+            break
+        name = heap[0][2]
         cq = cqs[name]
         picked = current(name)
         assert picked is not None
