@@ -27,7 +27,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from queueing.api.base import ObjectMeta, OwnerReference
+from pydantic import ValidationError
+
+from queueing.api.base import ObjectMeta, OwnerReference, format_validation_error
 from queueing.api.core import Job, Pod, PodTemplateSpec
 from queueing.api.v1beta1 import API_VERSION, PodSet, PriorityClassRef, Workload, WorkloadSpec
 
@@ -141,8 +143,8 @@ def workload_for_job(
             priority_class_ref=pref,
             priority=prio,
         )
-    except ValueError as e:
-        raise WorkloadError(f"{ref}: spec: {e}") from None
+    except ValidationError as e:
+        raise WorkloadError(format_validation_error(e, f"{ref}: Workload spec")) from None
     return Workload(
         api_version=API_VERSION,
         kind="Workload",
