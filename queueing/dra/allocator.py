@@ -339,6 +339,7 @@ class Allocator:
         self._skip: dict[tuple[object, ...], tuple[object, int, object, int]] = {}
         # see ``_results``: (node, requests and devices picked) -> allocation result (never mutated)
         self._result_cache: dict[tuple[object, ...], AllocationResult] = {}
+        self._result_seen: set[tuple[object, ...]] = set()
 
     # ---- preparation (node independent) ---------------------------------------------------
     def _class(self, name: str, ref: str, field_path: str) -> tuple[DeviceClass, tuple[BoundSelector, ...]]:
@@ -914,9 +915,16 @@ class Allocator:
             if sel is not None:
                 alloc.node_selector = sel
             if rkey is not None:
-                if len(self._result_cache) > 100_000:
-                    self._result_cache.clear()
-                self._result_cache[rkey] = alloc
+                # kept from the second time on: results that never repeat would only load the
+                # garbage collector (every kept result is a handful of long-lived objects)
+                if rkey in self._result_seen:
+                    if len(self._result_cache) >= 50_000:
+                        self._result_cache.clear()
+                    self._result_cache[rkey] = alloc
+                else:
+                    if len(self._result_seen) >= 200_000:
+                        self._result_seen.clear()
+                    self._result_seen.add(rkey)
             out.append(ClaimAllocation(pc.claim, alloc, tuple(p for _, p in picks)))
         return tuple(out)
 
