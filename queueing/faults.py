@@ -33,6 +33,7 @@ POINTS: tuple[str, ...] = (
     "bind.after_start_job",
     "bind.after_claim_allocation",
     "bind.after_pod",
+    "eviction.after_ledger_start",
     "eviction.after_mark",
     "eviction.after_stop_pods",
     "eviction.after_ledger",

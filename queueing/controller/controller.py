@@ -436,7 +436,7 @@ class Controller:
         state = await self.ledger.load_state()
         self._recorded = set(state.admissions) | set(state.pending)
         ctx = self._context()
-        for uid, _adm in state.admissions.items():
+        for uid, adm in state.admissions.items():
             wl = by_uid.get(uid)
             if wl is None or uid in revoked or wl.status.admission is None:
                 continue
@@ -450,6 +450,17 @@ class Controller:
                 self.admissions[uid] = wl.status.admission
                 if wl.status.is_true(EVICTED):
                     self.evicting[uid] = self._evicting_from(wl)  # resume the eviction
+                elif adm.eviction is not None:  # started in the ledger; the status write was lost
+                    started = adm.eviction
+                    await self._mark_evicted(wl, started.reason, started.message)
+                    self.evicting[uid] = Evicting(
+                        uid,
+                        wl.key,
+                        started.reason,
+                        started.message,
+                        started.started_at_ms / 1000,
+                        started.preemptor_uid,
+                    )
             except FromApiError as e:
                 log.warning("cannot rebuild the admission of %s: %s", wl.key, e)
         log.info(
@@ -1071,6 +1082,17 @@ class Controller:
         self.pending_reasons.clear()
         self.wake()
 
+    async def _mark_evicted(
+        self, wl: Workload, reason: str, message: str, preemption_reason: str | None = None
+    ) -> Workload | None:
+        """The Workload says Evicted (and Preempted, for a preemption): what users see."""
+        now = self.clock()
+        gen = wl.metadata.generation
+        conds = with_condition(wl.status.conditions, EVICTED, "True", reason, message, now, gen)
+        if preemption_reason is not None:
+            conds = with_condition(conds, PREEMPTED, "True", preemption_reason, message, now, gen)
+        return await self._patch_status(wl, {"conditions": _dump(conds)})
+
     async def _start_eviction(
         self,
         wl: Workload,
@@ -1085,14 +1107,17 @@ class Controller:
         if uid in self.evicting or uid not in self.admitted or not self.may_act():
             return
         now = self.clock()
-        gen = wl.metadata.generation
-        conds = with_condition(wl.status.conditions, EVICTED, "True", reason, message, now, gen)
-        if preemption_reason is not None:
-            conds = with_condition(conds, PREEMPTED, "True", preemption_reason, message, now, gen)
-        out = await self._patch_status(wl, {"conditions": _dump(conds)})
-        self.evicting[uid] = Evicting(
-            uid, wl.key, reason, message, now, preemptor.metadata.uid if preemptor is not None else None
-        )
+        preemptor_uid = preemptor.metadata.uid if preemptor is not None else None
+        # the ledger first: a restart resumes an eviction it recorded, even if the status write was lost
+        try:
+            await self.ledger.begin_eviction(
+                uid, at=now, reason=reason, preemptor_uid=preemptor_uid, message=message
+            )
+        except NotAdmitted:
+            return  # released meanwhile (finished): nothing to evict
+        fault_point("eviction.after_ledger_start")
+        out = await self._mark_evicted(wl, reason, message, preemption_reason)
+        self.evicting[uid] = Evicting(uid, wl.key, reason, message, now, preemptor_uid)
         fault_point("eviction.after_mark")
         self.metrics.evicted(self.admitted[uid].cluster_queue, reason)
         log.info("evicting %s: %s", wl.key, message)

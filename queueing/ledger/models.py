@@ -239,6 +239,22 @@ class DailyUsage(Base):
     events: Mapped[int] = mapped_column(Integer)
 
 
+class EvictionStart(Base):
+    """An eviction the controller started, recorded before the cluster sees it (the victim's Workload
+    marked Evicted, its pods stopped). The release follows in ``evictions`` once the victim's pods and
+    claims are gone; a start without a release is an eviction in progress that a restart resumes."""
+
+    __tablename__ = "eviction_starts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    admission_id: Mapped[int] = mapped_column(BigId, ForeignKey("admissions.id"), unique=True)
+    workload_uid: Mapped[str] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(String(64))
+    preemptor_uid: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+    started_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
 class Eviction(Base):
     __tablename__ = "evictions"
     __table_args__ = (Index(None, "evicted_at_ms"),)

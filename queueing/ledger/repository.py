@@ -39,6 +39,7 @@ from queueing.ledger.state import (
     AdmissionRequest,
     Charge,
     ClusterQueueSpec,
+    EvictionStarted,
     LedgerState,
     LocalQueueSpec,
     PendingWorkload,
@@ -628,6 +629,45 @@ class Ledger:
             )
             return res
 
+    async def begin_eviction(
+        self,
+        uid: str,
+        *,
+        at: Time,
+        reason: str,
+        preemptor_uid: str | None = None,
+        message: str = "",
+    ) -> bool:
+        """Record that the eviction of the workload's active admission starts (before the cluster sees
+        it). The quota stays charged until ``evict`` releases it. Idempotent: False when this
+        admission's eviction was already started. Raises ``NotAdmitted`` without an active admission."""
+        async with self.engine.begin() as c:
+            adm_id = (
+                await c.execute(
+                    select(m.Admission.id)
+                    .where(m.Admission.workload_uid == uid, m.Admission.released_at_ms.is_(None))
+                    .with_for_update()
+                )
+            ).scalar_one_or_none()
+            if adm_id is None:
+                raise NotAdmitted(f"workload {uid} has no active admission to evict")
+            started = (
+                await c.execute(select(m.EvictionStart.id).where(m.EvictionStart.admission_id == adm_id))
+            ).scalar_one_or_none()
+            if started is not None:
+                return False
+            await c.execute(
+                insert(m.EvictionStart).values(
+                    admission_id=adm_id,
+                    workload_uid=uid,
+                    reason=reason,
+                    preemptor_uid=preemptor_uid,
+                    message=message,
+                    started_at_ms=_ms(at),
+                )
+            )
+            return True
+
     async def _queue_of(self, c: AsyncConnection, uid: str) -> str | None:
         """The ClusterQueue a workload is admitted to, else the one its LocalQueue points to."""
         wl = (
@@ -902,6 +942,14 @@ class Ledger:
                     )
                 ).all():
                     charges[ch.admission_id].append(Charge(ch.flavor, ch.resource, ch.amount))
+            evictions: dict[int, EvictionStarted] = {}
+            if ids:
+                for e in (
+                    await c.execute(select(m.EvictionStart).where(m.EvictionStart.admission_id.in_(ids)))
+                ).all():
+                    evictions[e.admission_id] = EvictionStarted(
+                        e.reason, e.preemptor_uid, e.message, e.started_at_ms
+                    )
             admissions = {
                 r.workload_uid: ActiveAdmission(
                     admission_id=int(r.id),
@@ -913,6 +961,7 @@ class Ledger:
                     admitted_at_ms=r.admitted_at_ms,
                     charges=tuple(charges.get(r.id, ())),
                     pods=pods.get(r.id, ()),
+                    eviction=evictions.get(r.id),
                 )
                 for r in rows
             }

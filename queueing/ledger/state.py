@@ -83,6 +83,16 @@ class AdmissionRequest:
 
 
 @dataclass(frozen=True)
+class EvictionStarted:
+    """An eviction recorded as started (``Ledger.begin_eviction``) whose release has not happened yet."""
+
+    reason: str
+    preemptor_uid: str | None
+    message: str
+    started_at_ms: int
+
+
+@dataclass(frozen=True)
 class ActiveAdmission:
     admission_id: int
     workload_uid: str
@@ -93,6 +103,7 @@ class ActiveAdmission:
     admitted_at_ms: int
     charges: tuple[Charge, ...]
     pods: tuple[PodPlan, ...]
+    eviction: EvictionStarted | None = None  # being evicted: started, not yet released
 
     @property
     def nodes(self) -> frozenset[str]:

@@ -208,6 +208,30 @@ async def test_release_and_evict(ledger: Ledger) -> None:
         await ledger.evict("w1", at=sc.t(0, 3), reason="x")
 
 
+async def test_eviction_start_is_recorded_before_the_release(ledger: Ledger) -> None:
+    await setup_queues(ledger)
+    await add(ledger, "w1")
+    await add(ledger, "p1", "bio/main")
+    with pytest.raises(NotAdmitted):
+        await ledger.begin_eviction("w1", at=sc.t(0, 1), reason="Preempted")
+    await ledger.admit(AdmissionRequest("w1", "team-a", sc.gpu(2), sc.devices(2)), at=sc.t(0, 1))
+    assert await ledger.begin_eviction("w1", at=sc.t(0, 2), reason="Preempted", preemptor_uid="p1", message="m")
+    # a restart repeating the step records nothing new
+    assert not await ledger.begin_eviction("w1", at=sc.t(0, 3), reason="Preempted", preemptor_uid="p1")
+    state = await ledger.load_state()
+    started = state.admissions["w1"].eviction
+    assert started is not None
+    assert (started.reason, started.preemptor_uid, started.message) == ("Preempted", "p1", "m")
+    assert started.started_at_ms == int(sc.t(0, 2).timestamp() * 1000)
+    assert state.usage  # the quota stays charged until the victim is gone
+    await ledger.evict("w1", at=sc.t(0, 4), reason="Preempted", preemptor_uid="p1", message="m")
+    assert (await ledger.load_state()).usage == {}
+    # admitted again later: a new admission, with no eviction in progress
+    await ledger.admit(AdmissionRequest("w1", "team-a", sc.gpu(2), sc.devices(2)), at=sc.t(0, 5))
+    assert (await ledger.load_state()).admissions["w1"].eviction is None
+    assert await ledger.begin_eviction("w1", at=sc.t(0, 6), reason="PodsReadyTimeout")
+
+
 async def test_quota_versions(ledger: Ledger) -> None:
     spec = ClusterQueueSpec("cq", quotas=(QuotaSpec("f", "r", Q("1")),))
     assert await ledger.upsert_cluster_queue(spec, at=sc.t(0)) == 1
