@@ -119,6 +119,7 @@ from queueing.ledger.state import WorkloadSpec as LedgerWorkload
 from queueing.scheduling.cycle import Admission as CycleAdmission
 from queueing.scheduling.cycle import PendingReason, run_cycle
 from queueing.scheduling.dra_placer import DraPlacer
+from queueing.scheduling.fairshare import weighted_shares
 from queueing.scheduling.from_api import (
     ApiContext,
     FromApiError,
@@ -808,6 +809,10 @@ class Controller:
             self.metrics.admission_attempt("success" if result.admissions else "inadmissible", spent)
             self.metrics.allocator(spent, allocated=bool(result.admissions or result.preemptions))
         self.inactive_cluster_queues = dict(result.inactive_cluster_queues)
+        for cq_name, share in weighted_shares(
+            snapshot.cluster_queues, snapshot.cohorts, snapshot.admitted
+        ).items():
+            self.metrics.set_weighted_share(cq_name, share)
         for store, pens in (
             (self.lq_usage, result.local_queue_penalties),
             (self.cq_usage, result.cluster_queue_penalties),

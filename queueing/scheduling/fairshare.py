@@ -14,14 +14,14 @@ Kueue scales the ratio by 1000 and rounds; here it stays an exact fraction.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from queueing.scheduling.quota import QuotaTree, to_units
-from queueing.scheduling.snapshot import FlavorResource
+from queueing.scheduling.quota import QuotaTree, cq_id, to_units
+from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, CohortSpec, FlavorResource
 
-__all__ = ["DRS", "dominant_resource_share", "share_key"]
+__all__ = ["DRS", "dominant_resource_share", "share_key", "weighted_shares"]
 
 _ZERO = Fraction(0)
 
@@ -104,3 +104,20 @@ def share_key(
     if len(path) == 1:  # no cohort: nothing to share, like a member that does not borrow
         return ((0, _ZERO),)
     return tuple(dominant_resource_share(tree, nid, extra).key() for nid in path[1:])
+
+
+def weighted_shares(
+    cluster_queues: Iterable[ClusterQueueSpec],
+    cohorts: Iterable[CohortSpec],
+    admitted: Iterable[AdmittedWorkload],
+) -> dict[str, float]:
+    """Every active ClusterQueue's weighted share (what Kueue reports as ``weightedShare``; here the
+    plain ratio, ``inf`` for weight 0 while borrowing) given the admitted workloads' usage."""
+    cqs = list(cluster_queues)
+    tree = QuotaTree(cqs, cohorts)
+    for a in admitted:
+        if tree.has_cq(a.cluster_queue):
+            tree.add_usage(a.cluster_queue, a.usage)
+    return {
+        cq.name: dominant_resource_share(tree, cq_id(cq.name)).value() for cq in cqs if tree.has_cq(cq.name)
+    }

@@ -192,6 +192,8 @@ async def test_metrics_endpoint_shows_counters_moving_and_probes(
             sample(text, "queueing_cluster_queue_nominal_quota", cluster_queue="team", flavor="default",
                    resource="gpu.example.com") == 8.0
         )  # fmt: skip
+        # set every cycle from the admitted usage; a queue without a cohort never borrows: share 0
+        assert sample(text, "queueing_cluster_queue_weighted_share", cluster_queue="team") == 0.0
     # queueing explain for the waiting Job: pending, why, never admitted
     out = await explain(emu, tmp_path, "default/job-m3")
     assert out.returncode == 0, out.stderr

@@ -16,11 +16,12 @@ from queueing.scheduling import (
     PlacementFailure,
 )
 from queueing.scheduling.config import ConfigError, RequeuingStrategy, SchedulingConfig, parse_duration
-from queueing.scheduling.fairshare import dominant_resource_share
+from queueing.scheduling.fairshare import dominant_resource_share, weighted_shares
 from queueing.scheduling.ordering import alpha_rate, decay_usage, priority_key, weighted_usage
 from queueing.scheduling.quota import QuotaTree, cohort_id, cq_id
 from queueing.scheduling.requeue import next_requeue
 from queueing.scheduling.snapshot import (
+    AdmittedWorkload,
     ClusterQueueSpec,
     FlavorQuotas,
     LabelSelector,
@@ -148,6 +149,20 @@ def test_dominant_resource_share_and_weights() -> None:
     assert dominant_resource_share(t0, cq_id("a")).value() == 0.0  # not borrowing
     t0.add_usage("a", {FR: F(5)})
     assert dominant_resource_share(t0, cq_id("a")).value() == float("inf")
+
+
+def test_weighted_shares_of_every_queue_from_the_admitted_usage() -> None:
+    specs = [ClusterQueueSpec("a", cq("a", 4).resource_groups, cohort="co", fair_weight=F(2)), cq("b", 4)]
+    own = [cohort("co", own=8)]
+    admitted = [
+        AdmittedWorkload(job("w1", 6, queue="lq-a"), "a", {FR: F(6)}, 0.0),
+        AdmittedWorkload(job("w2", 2, queue="lq-a"), "a", {FR: F(2)}, 0.0),
+        AdmittedWorkload(job("w3", 1, queue="lq-b"), "b", {FR: F(1)}, 0.0),
+        AdmittedWorkload(job("w4", 1, queue="lq-x"), "gone", {FR: F(1)}, 0.0),  # unknown queue: ignored
+    ]
+    # a borrows 4 of a lendable pool of 16, weight 2 -> 1/8; b is within its nominal quota -> 0
+    assert weighted_shares(specs, own, admitted) == {"a": 0.125, "b": 0.0}
+    assert weighted_shares(specs, own, []) == {"a": 0.0, "b": 0.0}
 
 
 # ---- ordering, decayed usage -------------------------------------------------------------------------
