@@ -271,6 +271,11 @@ class Config(BaseSettings):
         "Interval of the full re-sync: re-list every watched kind and reconcile the ledger with the cluster.",
         default=600.0,
     )
+    eviction_timeout: float = _duration(
+        "How long an evicted workload's pods and claims may take to go away. Past it the victim no longer "
+        "counts as freeing its devices: the preemptor's plan is recomputed (the victim is still drained).",
+        default=300.0,
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
 
     @classmethod
@@ -292,6 +297,14 @@ class Config(BaseSettings):
         seconds = parse_duration(v)
         if seconds < 10:
             raise ValueError(f"must be at least 10s, got {format_duration(seconds)}")
+        return seconds
+
+    @field_validator("eviction_timeout", mode="before")
+    @classmethod
+    def _eviction_timeout(cls, v: object) -> float:
+        seconds = parse_duration(v)
+        if seconds <= 0:
+            raise ValueError(f"must be positive, got {format_duration(seconds)}")
         return seconds
 
     @field_validator("log_level", mode="before")

@@ -192,7 +192,7 @@ class Controller:
         retry_backoff: float = 0.2,
         queue_status_period: float = 1.0,
         metrics: ControllerMetrics | None = None,
-        eviction_timeout: float = 300.0,
+        eviction_timeout: float | None = None,
     ) -> None:
         self.kube = kube
         self.ledger = ledger
@@ -201,7 +201,9 @@ class Controller:
         self.metrics = metrics or ControllerMetrics()
         # a victim whose pods/claims are not gone after this long no longer counts as going away:
         # the preemptor's plan is recomputed without it (it is still being evicted)
-        self.eviction_timeout = eviction_timeout
+        self.eviction_timeout = (
+            eviction_timeout if eviction_timeout is not None else self.config.eviction_timeout
+        )
         self.full = self.config.plan_binding_mode == "Full"
         self.events = EventRecorder(kube, component)
         self.retry_backoff = retry_backoff

@@ -44,6 +44,7 @@ def test_defaults_without_file_or_environment() -> None:
     assert c.health.health_probe_bind_address == ":8081"
     assert c.ledger.retention == 30 * 86400
     assert c.resync_period == 600
+    assert c.eviction_timeout == 300
     assert c.admission_fair_sharing is None
     # the scheduling sections are the scheduling core's own defaults
     assert c.scheduling() == SchedulingConfig()
@@ -204,6 +205,7 @@ def test_database_url_precedence(tmp_path: Path) -> None:
         ),
         ("", {"QUEUEING_FAIR_SHARING__PREEMPTION_STRATEGIES": "[not json"}, "environment:"),
         ("logLevel: chatty\n", {}, "logLevel: Input should be"),
+        ("evictionTimeout: 0s\n", {}, "evictionTimeout: must be positive, got 0s"),
         ("- a list\n", {}, "expected a mapping of fields, got list"),
         ("a: [unclosed\n", {}, "not valid YAML"),
     ],
