@@ -215,7 +215,9 @@ async def test_eviction_start_is_recorded_before_the_release(ledger: Ledger) -> 
     with pytest.raises(NotAdmitted):
         await ledger.begin_eviction("w1", at=sc.t(0, 1), reason="Preempted")
     await ledger.admit(AdmissionRequest("w1", "team-a", sc.gpu(2), sc.devices(2)), at=sc.t(0, 1))
-    assert await ledger.begin_eviction("w1", at=sc.t(0, 2), reason="Preempted", preemptor_uid="p1", message="m")
+    assert await ledger.begin_eviction(
+        "w1", at=sc.t(0, 2), reason="Preempted", preemptor_uid="p1", message="m"
+    )
     # a restart repeating the step records nothing new
     assert not await ledger.begin_eviction("w1", at=sc.t(0, 3), reason="Preempted", preemptor_uid="p1")
     state = await ledger.load_state()
