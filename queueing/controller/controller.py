@@ -285,7 +285,21 @@ class Controller:
 
     # ------------------------------------------------------------------ lifecycle
     def _on_change(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        if new is None and old is not None:
+            self._on_deleted(old)
         self._wake.set()
+
+    def _on_deleted(self, obj: KubeObject) -> None:
+        """An object left the cluster: drop what is kept about it by UID that needs no ledger write.
+        An admitted Workload's entries go in :meth:`_forget_deleted` (its ledger admission is released
+        first)."""
+        uid = obj.metadata.uid
+        if not uid:
+            return
+        self.events.forget(uid)
+        if isinstance(obj, Workload):
+            self._recorded.discard(uid)
+            self.pending_reasons.pop(obj.key, None)
 
     def wake(self) -> None:
         self._wake.set()
@@ -680,6 +694,7 @@ class Controller:
 
     async def _forget_deleted(self) -> None:
         present = {w.metadata.uid for w in self.workloads.list()}
+        self._recorded.intersection_update(present)  # e.g. recovered from the ledger, Workload gone since
         for uid in [u for u in self.admitted if u not in present]:
             with contextlib.suppress(NotAdmitted):
                 await self.ledger.release(

@@ -28,7 +28,25 @@ class EventRecorder:
         self.component = component
         self.memory = memory
         self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._by_uid: dict[str, set[tuple[str, str, str]]] = {}
         self.emitted = 0
+
+    def __len__(self) -> int:
+        """How many (object, reason, message) keys are remembered."""
+        return len(self._seen)
+
+    def forget(self, uid: str) -> None:
+        """Drop what is remembered about an object (call when it is deleted)."""
+        for key in self._by_uid.pop(uid, ()):
+            self._seen.pop(key, None)
+
+    def _drop_oldest(self) -> None:
+        key, _ = self._seen.popitem(last=False)
+        keys = self._by_uid.get(key[0])
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_uid[key[0]]
 
     async def emit(
         self,
@@ -45,8 +63,9 @@ class EventRecorder:
         if key in self._seen:
             return
         self._seen[key] = None
+        self._by_uid.setdefault(uid, set()).add(key)
         while len(self._seen) > self.memory:
-            self._seen.popitem(last=False)
+            self._drop_oldest()
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
         namespace = obj.namespace or "default"
