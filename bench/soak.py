@@ -18,6 +18,7 @@ import random
 import sys
 import tempfile
 import time
+import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,43 @@ from tests.reliability.crash import crash_config
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def report_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, jobs: int) -> None:
+    """Print the traced memory growth between two snapshots by area and by file:line."""
+    flt = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    stats = after.filter_traces(flt).compare_to(before.filter_traces(flt), "traceback")
+    areas: dict[str, int] = {}
+    ours: dict[str, int] = {}
+    root = str(Path(__file__).resolve().parents[1]) + "/"
+    for st in stats:
+        # the innermost frame in this project's code (not the venv): who allocated (or copied) it
+        own = [fr for fr in st.traceback if fr.filename.startswith(root) and "/.venv/" not in fr.filename]
+        f = own[-1].filename if own else st.traceback[0].filename
+        if own:
+            where = f"{own[-1].filename.removeprefix(root)}:{own[-1].lineno}"
+            ours[where] = ours.get(where, 0) + st.size_diff
+        m = [
+            a
+            for a in (
+                "queueing/testing/",
+                "queueing/controller/",
+                "queueing/kube/",
+                "queueing/ledger/",
+                "tests/",
+                "bench/",
+                "queueing/",
+            )
+            if a in f
+        ]
+        area = m[0] if m else ("site-packages" if "site-packages" in f else "python")
+        areas[area] = areas.get(area, 0) + st.size_diff
+    print(f"traced growth over {jobs} Jobs by area (allocating frame):")
+    for a, d in sorted(areas.items(), key=lambda x: -x[1]):
+        print(f"  {a:24} {d / 1024:+9.0f} KiB  ({d / max(jobs, 1):+.0f} B/Job)")
+    print("top 25 lines of this project (innermost project frame of each allocation):")
+    for where, d in sorted(ours.items(), key=lambda x: -x[1])[:25]:
+        print(f"  {d / 1024:+8.0f} KiB  {where}")
 
 
 @dataclass
@@ -68,6 +106,7 @@ class SoakResult:
 
 async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | None = None) -> SoakResult:
     rng = random.Random(seed)
+    snap_warm: tracemalloc.Snapshot | None = None
     warmup = warmup if warmup is not None else max(20, jobs // 10)
     t0 = time.monotonic()
     clock = ManualTime()
@@ -121,6 +160,9 @@ async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | 
                         if done == warmup:
                             gc.collect()
                             rss_warm, tasks_warm = rss_mb(), len(asyncio.all_tasks())
+                            if tracemalloc.is_tracing():
+                                snap_warm = tracemalloc.take_snapshot()
+                                print(f"warm: emulator history {len(emu.store.history)} events", flush=True)
                     in_flight = created - done
                     while created < jobs and in_flight < window:
                         body = prio_job(
@@ -152,6 +194,12 @@ async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | 
                     await asyncio.sleep(0.01)
                 gc.collect()
                 rss_running, tasks_running = rss_mb(), len(asyncio.all_tasks())
+                if snap_warm is not None:
+                    print(f"end: emulator history {len(emu.store.history)} events", flush=True)
+                    print(
+                        f"end: emulator objects {sum(len(v) for v in emu.store.objects.values())}", flush=True
+                    )
+                    report_growth(snap_warm, tracemalloc.take_snapshot(), jobs - warmup)
                 await harness.stop()
                 errors = list(cluster.errors)
             await admin_api.close()
@@ -201,8 +249,18 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--window", type=int, default=12, help="Jobs in flight at once")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=None, help="Jobs done before the first measurement")
+    ap.add_argument(
+        "--trace",
+        type=int,
+        default=0,
+        metavar="FRAMES",
+        help="tracemalloc with this many frames: print the growth after warm-up by area and line",
+    )
     args = ap.parse_args()
-    r = asyncio.run(soak(args.jobs, args.window, args.seed))
+    if args.trace:
+        tracemalloc.start(args.trace)
+    r = asyncio.run(soak(args.jobs, args.window, args.seed, args.warmup))
     print(r.summary())
     return 1 if r.problems else 0
 
