@@ -14,13 +14,10 @@ ENV PATH=/opt/queueing/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY queueing ./queueing
-COPY migrations ./migrations
-# queueing.ledger.migrate looks for the Alembic scripts next to the installed package
-# (site-packages/migrations); the wheel does not carry them, so they are copied there.
+# the Alembic migrations are package data (queueing/ledger/migrations/), installed with the package
 RUN pip install --upgrade pip \
  && pip install . \
- && cp -r migrations "$(python -c 'import pathlib, queueing; print(pathlib.Path(queueing.__file__).resolve().parent.parent)')/migrations" \
- && python -c "import queueing.cli, queueing.ledger.migrate as m; assert m.MIGRATIONS_DIR.is_dir(), m.MIGRATIONS_DIR"
+ && cd / && python -c "import queueing.cli, queueing.ledger.migrate as m; assert (m.MIGRATIONS_DIR / 'env.py').is_file() and str(m.MIGRATIONS_DIR).startswith('/opt/queueing/'), m.MIGRATIONS_DIR"
 
 FROM python:${PYTHON_VERSION}-slim-bookworm AS runtime
 LABEL org.opencontainers.image.title="queueing" \

@@ -1,5 +1,8 @@
 """Alembic, driven from the package: the ``Config`` is built here, so migrations run from any directory.
 
+The migration scripts are package data (``queueing/ledger/migrations/``: ``env.py``, ``versions/``), so
+the wheel and any installed layout carry them next to this module.
+
 Sync entry points (``upgrade``, ``downgrade``, ``current``) run their own event loop (the CLI);
 async ones (``upgrade_async`` ...) run on a caller's engine inside a running loop (tests, controller).
 """
@@ -18,10 +21,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-import queueing
 from queueing.ledger.engine import database_url
 
-MIGRATIONS_DIR = Path(queueing.__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(url: str | None = None, *, stdout: Any = None) -> Config:
