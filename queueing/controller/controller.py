@@ -1165,16 +1165,43 @@ class Controller:
             return
         group = wl.labels.get(POD_GROUP_LABEL)
         if group:
-            for p in self._groups().get((wl.namespace or "default", group), []):
-                if not _ended(p) and not p.metadata.deletion_timestamp:
-                    try:
-                        await retrying(
-                            lambda p=p: self.kube.delete(PODS, p.name, p.namespace),  # type: ignore[misc]
-                            what=f"delete Pod {p.key}",
-                        )
-                    except Exception as e:
-                        if not is_not_found(e):
-                            raise
+            pods = [
+                p
+                for p in self._groups().get((wl.namespace or "default", group), [])
+                if not _ended(p) and not p.metadata.deletion_timestamp
+            ]
+            if pods:
+                # the pods own the Workload: keep it until the eviction is recorded (step 4)
+                await self._eviction_finalizer(wl, True)
+            for p in pods:
+                try:
+                    await retrying(
+                        lambda p=p: self.kube.delete(PODS, p.name, p.namespace),  # type: ignore[misc]
+                        what=f"delete Pod {p.key}",
+                    )
+                except Exception as e:
+                    if not is_not_found(e):
+                        raise
+
+    async def _eviction_finalizer(self, wl: Workload, on: bool) -> None:
+        """Add or remove :data:`ev.EVICTION_FINALIZER` on a Workload (a no-op when already so)."""
+        have = list(wl.metadata.finalizers or [])
+        if (ev.EVICTION_FINALIZER in have) == on:
+            return
+        want = [*have, ev.EVICTION_FINALIZER] if on else [f for f in have if f != ev.EVICTION_FINALIZER]
+        try:
+            raw = await self._patch(
+                WORKLOADS,
+                wl.name,
+                {"metadata": {"finalizers": want or None}},
+                wl.namespace,
+                what=f"finalizers of Workload {wl.key}",
+            )
+        except Exception as e:
+            if is_not_found(e):
+                return
+            raise
+        self.workloads.observe(raw)
 
     def _holders(self, wl: Workload, admission: Admission) -> tuple[list[Pod], list[ResourceClaim]]:
         """The victim's pods that still run and the claims that still hold one of its planned devices."""
@@ -1250,7 +1277,12 @@ class Controller:
             await self._requeue(wl, e)
 
     async def _requeue(self, wl: Workload, e: Evicting) -> None:
-        """Step 4: QuotaReserved/Admitted False, Requeued with backoff, or deactivated."""
+        """Step 4: QuotaReserved/Admitted False, Requeued with backoff, or deactivated. A pod group whose
+        pods were deleted is being deleted with them (its pods owned it): only its finalizer goes."""
+        if wl.metadata.deletion_timestamp:
+            await self._eviction_finalizer(wl, False)
+            log.info("evicted %s is being deleted (its pods are gone): not requeued", wl.key)
+            return
         now = self.clock()
         gen = wl.metadata.generation
         strategy = self.config.wait_for_pods_ready.requeuing_strategy
@@ -1291,6 +1323,7 @@ class Controller:
             }
             self._wake_at(decision.requeue_at)
         await self._patch_status(wl, status)
+        await self._eviction_finalizer(wl, False)
         fault_point("eviction.after_requeue")
         await self.events.emit(
             wl,

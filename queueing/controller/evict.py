@@ -34,6 +34,7 @@ from queueing.api.v1beta1 import Admission, Workload
 from queueing.scheduling.config import parse_duration
 
 __all__ = [
+    "EVICTION_FINALIZER",
     "PODS_READY_TIMEOUT_ANNOTATION",
     "Evicting",
     "planned_devices",
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 PODS_READY_TIMEOUT_ANNOTATION = "queueing.dra.io/pods-ready-timeout"
+# on a pod group's Workload while it is evicted: deleting the group's pods would otherwise let the
+# garbage collector delete the Workload (its pods own it) before the eviction is recorded
+EVICTION_FINALIZER = "queueing.dra.io/eviction"
 
 # reasons of Evicted=True
 PREEMPTED = "Preempted"
