@@ -11,6 +11,8 @@ Only the holder of the Lease admits and evicts: on acquiring it the replica reco
 the ledger (``Ledger.begin_leader_term``), rebuilds its record from the ledger and the Workloads and
 starts the sync loop; on losing it (or on shutdown) it stops the loop — after the step in progress —
 and ends the term. A standby keeps its informers warm and its ``/readyz`` green once they synced.
+``/readyz`` also reports a PostgreSQL ledger that does not answer (``ledger: database unreachable: ...``);
+``/healthz`` does not (a restart would not bring the database back: the loop retries meanwhile).
 ``Controller.may_act`` is the elector's ``is_leader`` (the last renewal is younger than the renew
 deadline), so a leader that cannot renew stops writing before another replica can take over.
 """
@@ -34,11 +36,14 @@ from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.periodic import INADMISSIBLE_RECHECK, PeriodicJobs
 from queueing.kube.client import KubeClient
 from queueing.kube.leader import Clock, LeaderElectionSettings, LeaderElector
+from queueing.ledger.engine import is_postgres
 from queueing.ledger.repository import Ledger
 
 __all__ = ["ControllerProcess", "default_identity"]
 
 log = logging.getLogger("queueing.controller.process")
+
+LEDGER_PROBE_TIMEOUT = 1.5  # seconds; under the readiness probe's timeoutSeconds (2) in deploy/
 
 
 def default_identity() -> str:
@@ -70,6 +75,9 @@ class ControllerProcess:
         self.http = ControllerHTTP(self.metrics) if serve_http else None
         if self.http is not None:
             self.http.add_ready_check("informers", self._informers_check)
+            # SQLite is a file in this process (and its BEGIN IMMEDIATE would contend with writers)
+            if is_postgres(ledger.engine):
+                self.http.add_ready_check("ledger", self._ledger_check)
             self.http.add_health_check("leader-election", lambda: "failed" if self._failed else None)
         self.jobs = PeriodicJobs(config, metrics=self.metrics) if periodic else None
         self.lease = f"{config.lease_namespace}/{config.leader_election.resource_name}"
@@ -96,6 +104,15 @@ class ControllerProcess:
             return None
         waiting = [i.resource.plural for i in self.controller.informers if not i.has_synced]
         return "not synced: " + ", ".join(waiting)
+
+    async def _ledger_check(self) -> str | None:
+        try:
+            async with asyncio.timeout(LEDGER_PROBE_TIMEOUT), self.ledger.engine.connect() as c:
+                await c.exec_driver_sql("SELECT 1")
+        except Exception as e:
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else "no answer"
+            return f"database unreachable: {type(e).__name__}: {reason}"
+        return None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, timeout: float = 60.0) -> None:
