@@ -680,10 +680,12 @@ class Emulator:
         body = await _body(request)
         store.field_validation = q.get("fieldValidation", "Warn")
         store.warnings = []
+        store.user = attrs.user
         try:
             resp = await self._write(request, attrs, rt, body, dry_run)
         finally:
             store.field_validation = "Warn"
+            store.user = "admin"
         for w in store.warnings:
             resp.headers.add("Warning", "299 - " + json.dumps(w))
         return resp

@@ -30,6 +30,14 @@ from typing import Any
 
 from queueing.testing import builtin_rules
 from queueing.testing import schema as schemas
+from queueing.testing.admission import (
+    BINDINGS_KEY,
+    POLICIES_KEY,
+    PolicyAdmission,
+    PolicyDenied,
+    compile_policy,
+    validate_binding,
+)
 from queueing.testing.resources import BUILTINS, ResourceType, from_crd
 from queueing.testing.selectors import SelectorError, parse_field_selector, parse_label_selector
 
@@ -205,7 +213,15 @@ class Store:
         # fieldValidation of the request being served (Strict/Warn/Ignore) and the warnings it produced
         self.field_validation = "Warn"
         self.warnings: list[str] = []
-        # Python stand-ins for mutating admission (e.g. the MutatingAdmissionPolicy suspending queued Jobs)
+        # the user of the request being served (``request.userInfo`` of admission policies)
+        self.user = "admin"
+        # MutatingAdmissionPolicies with bindings, run on create/update before ``admission_hooks``
+        self.policies = PolicyAdmission(
+            lambda: builtins.list(self.objects.get(POLICIES_KEY, {}).values()),
+            lambda: builtins.list(self.objects.get(BINDINGS_KEY, {}).values()),
+            lambda ns: self.objects[NS_KEY].get(("", ns)),
+        )
+        # Python mutating admission hooks (stand-ins for webhooks), run after the policies
         self.admission_hooks: list[AdmissionHook] = []
         for rt in BUILTINS:
             self.register(copy.deepcopy(rt))
@@ -349,13 +365,30 @@ class Store:
                 from_crd(obj)
             except ValueError as e:
                 errors.append(schemas.FieldError("spec", "FieldValueInvalid", f"spec: Invalid value: {e}"))
+        if rt.key == POLICIES_KEY:
+            errors.extend(compile_policy(obj)[1])
+        if rt.key == BINDINGS_KEY:
+            errors.extend(validate_binding(obj))
         if errors:
             raise ApiError.invalid(rt, name, errors)
         return obj
 
     def _admit(
-        self, rt: ResourceType, op: str, sub: str, obj: dict[str, Any], old: dict[str, Any] | None
+        self,
+        rt: ResourceType,
+        op: str,
+        sub: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
+        try:
+            obj = self.policies.admit(rt, op, sub, obj, old, self.user, dry_run)
+        except PolicyDenied as e:
+            name = (obj.get("metadata") or {}).get("name", "")
+            raise ApiError(
+                403, "Forbidden", str(e), {"name": name, "group": rt.group, "kind": rt.plural}
+            ) from None
         for hook in self.admission_hooks:
             obj = hook(AdmissionRequest(rt, op, sub, obj, copy.deepcopy(old) if old is not None else None))
         return obj
@@ -477,7 +510,7 @@ class Store:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = _ts(self.clock())
         meta["generation"] = 1
-        obj = self._admit(rt, "CREATE", "", obj, None)
+        obj = self._admit(rt, "CREATE", "", obj, None, dry_run)
         errs = builtin_rules.validate_create(rt, obj)
         if errs:
             raise ApiError.invalid(rt, name, errs)
@@ -584,7 +617,7 @@ class Store:
             if _content(new) != _content(old):
                 nmeta["generation"] = int(ometa.get("generation") or 0) + 1
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        new = self._admit(rt, "UPDATE", subresource or "", new, old)
+        new = self._admit(rt, "UPDATE", subresource or "", new, old, dry_run)
         errs = builtin_rules.validate_update(rt, old, new, subresource or "")
         if errs:
             raise ApiError.invalid(rt, name, errs)

@@ -1,6 +1,7 @@
 """End-to-end fixtures: the API emulator (real HTTP, real kubernetes-asyncio client), the stand-ins for
 the Job controller / resourceclaim controller / kube-scheduler / kubelet, a SQLite ledger in tmp_path,
-and the controller running as its service account under the RBAC rules of deploy/base/rbac.yaml."""
+and the controller running as its service account under the RBAC rules of deploy/base/rbac.yaml, with
+the MutatingAdmissionPolicy of deploy/base suspending queued Jobs."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator, run_emulator
 from queueing.testing.rbac import RbacAuthorizer
-from tests.controller.standins import StandIns, suspend_queued_jobs
+from tests.controller.standins import StandIns
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"
@@ -188,7 +189,8 @@ RBAC_SEEN: dict[str, set[Any]] = {"granted": set(), "used": set(), "tests": set(
 async def emu(request: pytest.FixtureRequest) -> AsyncIterator[Emulator]:
     async with run_emulator(crds_dir=CRDS, bookmark_interval=None) as e:
         e.tokens[CONTROLLER_TOKEN] = CONTROLLER_USER
-        e.store.admission_hooks.append(suspend_queued_jobs)
+        # the real MutatingAdmissionPolicy of deploy/ suspends queued Jobs (run by the emulator)
+        e.load_objects(REPO / "deploy" / "base" / "mutating-admission-policy.yaml")
         e.load_objects(cluster_objects())
         rbac = list(yaml.safe_load_all((REPO / "deploy" / "base" / "rbac.yaml").read_text()))
         authorizer = RbacAuthorizer.from_objects([d for d in rbac if d])

@@ -27,7 +27,9 @@ def events_for(emu: Emulator, name: str, reason: str) -> list[dict]:
 async def test_running_unadmitted_job_is_suspended_then_admitted(
     emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
 ) -> None:
-    emu.store.admission_hooks.clear()  # no admission policy: the Job starts running
+    # no admission policy (its binding removed): the Job starts running
+    bindings = emu.store.resource("mutatingadmissionpolicybindings", "admissionregistration.k8s.io")
+    emu.store.delete(bindings, None, "queueing-suspend-queued-jobs")
     created = await admin.create(JOBS, job("eager", suspend=False))
     assert created["spec"].get("suspend") is False
     await eventually(lambda: cluster.pods_created >= 1, "the Job controller started a pod")
