@@ -524,6 +524,14 @@ class Controller:
         await self._schedule()
         await self._bind()
         await self._queue_status()
+        await self._report_invalid_queues()
+
+    async def _report_invalid_queues(self) -> None:
+        """A ClusterQueue, Cohort, LocalQueue or ResourceFlavor that the API holds but the model rejects is
+        left out, as if absent: a Warning Event on it names the field (once per message)."""
+        for informer in (self.cluster_queues, self.cohorts, self.local_queues, self.flavors):
+            for ref, msg in informer.invalid_objects():
+                await self.events.emit(ref, "Warning", f"Invalid{ref.kind or 'Object'}", msg)
 
     # ---- queues in the ledger
     async def _sync_ledger_queues(self) -> None:
@@ -1277,23 +1285,30 @@ class Controller:
             await self._requeue(wl, e)
 
     async def _requeue(self, wl: Workload, e: Evicting) -> None:
-        """Step 4: QuotaReserved/Admitted False, Requeued with backoff, or deactivated. A pod group whose
-        pods were deleted is being deleted with them (its pods owned it): only its finalizer goes."""
+        """Step 4: QuotaReserved/Admitted False and Requeued — at once, or with backoff (or deactivated)
+        after a PodsReadyTimeout. A pod group whose pods were deleted is being deleted with them (its
+        pods owned it): only its finalizer goes."""
         if wl.metadata.deletion_timestamp:
             await self._eviction_finalizer(wl, False)
             log.info("evicted %s is being deleted (its pods are gone): not requeued", wl.key)
             return
         now = self.clock()
         gen = wl.metadata.generation
-        strategy = self.config.wait_for_pods_ready.requeuing_strategy
-        count = wl.status.requeue_state.count or 0 if wl.status.requeue_state is not None else 0
-        decision = next_requeue(count, now, strategy)
-        if decision.deactivate and e.reason != ev.PODS_READY_TIMEOUT:
-            # the backoff limit is waitForPodsReady's; other evictions are always requeued
-            decision = next_requeue(count, now, strategy.model_copy(update={"backoff_limit_count": None}))
         why = f"evicted ({e.reason}): {e.message}"
         conds = with_condition(wl.status.conditions, QUOTA_RESERVED, "False", e.reason, why, now, gen)
         conds = with_condition(conds, ADMITTED, "False", e.reason, why, now, gen)
+        status: dict[str, Any] = {"conditions": conds, "admission": None}
+        if e.reason != ev.PODS_READY_TIMEOUT:
+            # as in Kueue: only a waitForPodsReady timeout backs off (and counts toward the limit);
+            # a preempted (or otherwise evicted) workload is pending again at once, requeueState untouched
+            message = f"requeued at once after eviction ({e.reason})"
+            status["conditions"] = with_condition(conds, REQUEUED, "True", e.reason, message, now, gen)
+            status["reason"] = message
+            await self._write_requeue(wl, status, "Requeued", f"quota released; {message}")
+            return
+        strategy = self.config.wait_for_pods_ready.requeuing_strategy
+        count = wl.status.requeue_state.count or 0 if wl.status.requeue_state is not None else 0
+        decision = next_requeue(count, now, strategy)
         if decision.deactivate:
             raw = await self._patch(
                 WORKLOADS, wl.name, {"spec": {"active": False}}, wl.namespace, what=f"deactivate {wl.key}"
@@ -1302,11 +1317,13 @@ class Controller:
             conds = with_condition(
                 conds, EVICTED, "True", "DeactivatedDueToRequeuingLimitExceeded", decision.message, now, gen
             )
-            conds = with_condition(conds, REQUEUED, "False", "Deactivated", decision.message, now, gen)
-            status: dict[str, Any] = {"conditions": _dump(conds), "admission": None, "reason": "Deactivated"}
+            status["conditions"] = with_condition(
+                conds, REQUEUED, "False", "Deactivated", decision.message, now, gen
+            )
+            status["reason"] = "Deactivated"
         else:
             assert decision.requeue_at is not None
-            conds = with_condition(
+            status["conditions"] = with_condition(
                 conds,
                 REQUEUED,
                 "True",
@@ -1315,22 +1332,21 @@ class Controller:
                 now,
                 gen,
             )
-            status = {
-                "conditions": _dump(conds),
-                "admission": None,
-                "reason": f"requeued after eviction ({e.reason})",
-                "requeueState": {"count": decision.count, "requeueAt": fmt_time(decision.requeue_at)},
-            }
+            status["reason"] = f"requeued after eviction ({e.reason})"
+            status["requeueState"] = {"count": decision.count, "requeueAt": fmt_time(decision.requeue_at)}
             self._wake_at(decision.requeue_at)
-        await self._patch_status(wl, status)
-        await self._eviction_finalizer(wl, False)
-        fault_point("eviction.after_requeue")
-        await self.events.emit(
+        await self._write_requeue(
             wl,
-            "Normal",
+            status,
             "Requeued" if not decision.deactivate else "Deactivated",
             f"quota released; {decision.message}",
         )
+
+    async def _write_requeue(self, wl: Workload, status: dict[str, Any], event: str, message: str) -> None:
+        await self._patch_status(wl, {**status, "conditions": _dump(status["conditions"])})
+        await self._eviction_finalizer(wl, False)
+        fault_point("eviction.after_requeue")
+        await self.events.emit(wl, "Normal", event, message)
 
     async def _check_admitted(self) -> None:
         """waitForPodsReady and lost placements: evict an admitted Workload whose pods are not all

@@ -15,10 +15,12 @@ the middle resumes it:
    cleared by the controller once no running pod reserves it).
 3. **released** — ``Ledger.evict`` releases the quota and records the eviction (who, why, planned and
    freed devices) in one transaction.
-4. **requeued** — the Workload gets ``QuotaReserved=False``, ``Admitted=False``, ``Requeued=True`` and
-   ``status.requeueState`` (count, requeueAt: exponential backoff), or ``spec.active=false`` when the
-   backoff limit is reached (waitForPodsReady). Only then can the preemptor be admitted, in a later
-   cycle, onto the freed devices.
+4. **requeued** — the Workload gets ``QuotaReserved=False``, ``Admitted=False``, ``Requeued=True``:
+   pending again at once (as in Kueue, a preemption does not back off), except after a
+   ``PodsReadyTimeout``: then ``status.requeueState`` (count, requeueAt: exponential backoff), or
+   ``spec.active=false`` when the backoff limit is reached. A pod group's Workload, deleted with its
+   pods, only loses its finalizer. Only then can the preemptor be admitted, in a later cycle, onto the
+   freed devices.
 
 On restart: an admission in the ledger whose Workload says ``Evicted=True`` is resumed at step 2; a
 Workload that says ``Evicted=True`` and ``QuotaReserved=True`` while the ledger has already released it

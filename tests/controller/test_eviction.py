@@ -1,6 +1,7 @@
 """Eviction end to end (emulator, real client): a high-priority Job evicts a lower-priority one holding
 the GPUs it needs; the victim's pods and claims go, the preemptor lands on exactly the freed devices,
-the victim is requeued with backoff and runs again later. Time is the controller's injected clock."""
+the victim is requeued at once (a preemption does not back off) and runs again once there is room.
+Time is the controller's injected clock."""
 
 from __future__ import annotations
 
@@ -153,8 +154,11 @@ async def test_high_priority_job_preempts_and_victim_runs_again(
     low_wl = workload(emu, "job-low")
     assert low_wl is not None
     assert not is_true(low_wl, "QuotaReserved") and "admission" not in low_wl["status"]
-    assert is_true(low_wl, "Requeued")
-    assert low_wl["status"]["requeueState"]["count"] == 1
+    requeued = cond(low_wl, "Requeued")
+    assert requeued is not None and requeued["status"] == "True" and requeued["reason"] == "Preempted"
+    # a preempted workload is pending again at once: no backoff, no requeueState (as in Kueue)
+    assert "requeueState" not in low_wl["status"]
+    assert requeued["message"] == "requeued at once after eviction (Preempted)"
     assert cond(low_wl, "Admitted")["reason"] == "Preempted"  # type: ignore[index]
 
     # the ledger: the eviction is recorded with its preemptor, before the preemptor's admission
@@ -171,26 +175,26 @@ async def test_high_priority_job_preempts_and_victim_runs_again(
     state = await ledger.load_state()
     assert set(state.admissions) == {high_wl["metadata"]["uid"], workload(emu, "job-mid")["metadata"]["uid"]}  # type: ignore[index]
 
-    # the preemptor finishes; the victim still waits for its backoff, then runs again
-    assert cluster.finish_pods("default", "high") == 1
-    await eventually(lambda: is_true(workload(emu, "job-high"), "Finished"), "high finishes")
+    # the victim is pending at once, waiting for quota (its priority is too low to preempt), not a timer
     reason = await eventually(
-        lambda: (c := cond(workload(emu, "job-low"), "QuotaReserved")) and c["reason"] == "Backoff" and c,
-        "low waits for its backoff",
+        lambda: (c := cond(workload(emu, "job-low"), "QuotaReserved")) and c["reason"] == "Pending" and c,
+        "low is pending again",
     )
-    assert "backoff" in reason["message"]
-    assert not job_pods(emu, "low")
+    assert "insufficient unused quota" in reason["message"] or "couldn't place" in reason["message"]
 
-    # queueing explain, as a person reads it: the victim (pending in backoff after an eviction)...
+    # queueing explain, as a person reads it: the victim (pending after an eviction)...
     out = await explain(emu, tmp_path, "default/low")  # a Job's name finds its Workload
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "Workload default/job-low" in text
-    assert "State:     Pending — Backoff: requeue backoff until" in text
+    assert "State:     Pending — Pending: " in text
     assert "Evicted:   Preempted: Preempted to accommodate workload default/job-high" in text
-    assert "Requeued:  1 time(s)" in text
+    assert "Requeued:  requeued at once after eviction (Preempted)" in text
     assert "released (Preempted)" in text
     assert "evicted (Preempted) by default/job-high" in text and "freed 4 of 4 planned device(s)" in text
+    # the preemptor finishes; the victim runs again at once (the clock never moves in this test)
+    assert cluster.finish_pods("default", "high") == 1
+    await eventually(lambda: is_true(workload(emu, "job-high"), "Finished"), "high finishes")
     # ... and the preemptor, finished, with the workload it preempted
     out = await explain(emu, tmp_path, "default/job-high")
     assert out.returncode == 0, out.stderr
@@ -201,8 +205,6 @@ async def test_high_priority_job_preempts_and_victim_runs_again(
     assert missing.returncode == 1 and "not found" in missing.stderr
     bad = await explain(emu, tmp_path, "no-slash")
     assert bad.returncode == 2 and "NAMESPACE/WORKLOAD" in bad.stderr
-    clock.advance(11)  # past the 10 s backoff
-    ctl.wake()
     await eventually(lambda: running(emu, "low", 1), "low runs again")
     low_wl = workload(emu, "job-low")
     assert is_true(low_wl, "Admitted") and not is_true(low_wl, "Evicted")
@@ -250,7 +252,8 @@ async def test_restart_in_the_middle_resumes_the_eviction(
     assert high
     high_wl = workload(emu, "job-high")
     assert high_wl is not None and plan_devices(high_wl) == low_devices
-    await eventually(lambda: requeue_count(workload(emu, "job-low")) == 1, "low requeued once")
+    await eventually(lambda: is_true(workload(emu, "job-low"), "Requeued"), "low requeued")
+    assert requeue_count(workload(emu, "job-low")) is None  # at once: no backoff for a preemption
     async with ledger.engine.connect() as c:
         evictions = (await c.execute(select(m.Eviction))).all()
     assert [e.workload_uid for e in evictions] == [low_uid]  # evicted once, across the restart
@@ -282,7 +285,8 @@ async def test_victim_that_does_not_go_away_gets_the_plan_recomputed(
         assert is_true(workload(emu, "job-low"), "QuotaReserved")  # still being evicted, quota still held
         cluster.stuck_jobs.discard("low")
         cluster.step()
-        await eventually(lambda: requeue_count(workload(emu, "job-low")) == 1, "low finally requeued")
+        await eventually(lambda: is_true(workload(emu, "job-low"), "Requeued"), "low finally requeued")
+        assert requeue_count(workload(emu, "job-low")) is None
     finally:
         await h.stop()
 

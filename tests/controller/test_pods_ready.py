@@ -18,6 +18,7 @@ from queueing.testing import Emulator
 from tests.controller.conftest import Harness, ManualTime, eventually, job
 from tests.controller.standins import StandIns
 from tests.controller.test_admission import cond, get, is_true, job_pods, running, workload
+from tests.controller.test_eviction import prio_job, priority_classes
 
 TIMEOUT = 60.0
 
@@ -141,5 +142,44 @@ async def test_annotation_overrides_timeout_and_lost_node_evicts(
     ev = await eventually(lambda: (c := cond(workload(emu, "job-steady"), "Evicted")) and c,
                           "steady evicted: its node is gone")  # fmt: skip
     assert ev["reason"] == "NodeLost" and node in ev["message"]
-    await eventually(lambda: requeue_count(emu, "job-steady") == 1, "steady requeued")
+    await eventually(lambda: is_true(workload(emu, "job-steady"), "Requeued"), "steady requeued")
+    assert requeue_count(emu, "job-steady") is None  # only a PodsReady timeout backs off
     assert not job_pods(emu, "steady")
+
+
+async def test_preemption_requeues_at_once_and_keeps_the_pods_ready_backoff_count(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, clock: ManualTime
+) -> None:
+    """A PodsReady timeout backs off (requeueState count 1); a later preemption of the same workload
+    requeues it at once and leaves requeueState as it was (Kueue: backoff is waitForPodsReady's)."""
+    priority_classes(emu)
+    cluster.not_ready_jobs.add("low")
+    ctl = await harness.start()
+    await admin.create(JOBS, prio_job("low", "low", template="gpu-4"))
+    await eventually(lambda: bound(emu, "low"), "low's pod is bound")
+    clock.advance(TIMEOUT + 1)
+    ctl.wake()
+    await eventually(lambda: requeue_count(emu, "job-low") == 1, "low backs off after its PodsReady timeout")
+    wl = workload(emu, "job-low")
+    assert wl is not None and cond(wl, "Requeued")["reason"] == "PodsReadyTimeout"  # type: ignore[index]
+    requeue_at = wl["status"]["requeueState"]["requeueAt"]
+    cluster.not_ready_jobs.discard("low")  # this time its pod gets Ready
+    clock.advance(11)  # past the 10 s backoff
+    ctl.wake()
+    await eventually(lambda: running(emu, "low", 1), "low runs after its backoff")
+    await admin.create(JOBS, prio_job("mid", "mid", template="gpu-4"))
+    await eventually(lambda: running(emu, "mid", 1), "mid runs")  # every GPU in use
+    await admin.create(JOBS, prio_job("high", "high", template="gpu-4"))
+    ev = await eventually(lambda: (c := cond(workload(emu, "job-low"), "Evicted")) and c["status"] == "True" and c,
+                          "low is preempted")  # fmt: skip
+    assert ev["reason"] == "Preempted"
+    await eventually(lambda: running(emu, "high", 1), "high runs")
+    wl = await eventually(lambda: (w := workload(emu, "job-low")) and cond(w, "Requeued")["reason"] == "Preempted" and w,  # type: ignore[index]
+                          "low requeued after its preemption")  # fmt: skip
+    assert wl["status"]["requeueState"] == {"count": 1, "requeueAt": requeue_at}  # untouched
+    assert not is_true(wl, "QuotaReserved")
+    # no backoff: it runs again as soon as there is room, without the clock moving
+    cluster.finish_pods("default", "high")
+    await eventually(lambda: running(emu, "low", 1), "low runs again at once")
+    assert requeue_count(emu, "job-low") == 1
+    assert not cluster.errors
