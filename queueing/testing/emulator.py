@@ -30,6 +30,7 @@ import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -908,9 +909,15 @@ async def run_emulator(
     *,
     bookmark_interval: float | None = 5.0,
     history_limit: int = 10000,
+    event_ttl: float | None = 3600.0,
+    clock: Callable[[], datetime] | None = None,
 ) -> AsyncIterator[Emulator]:
-    """Start an emulator (CRDs from ``crds_dir/*.yaml`` loaded), yield it, and stop it."""
-    emu = Emulator(store=Store(history_limit=history_limit), bookmark_interval=bookmark_interval)
+    """Start an emulator (CRDs from ``crds_dir/*.yaml`` loaded), yield it, and stop it.
+
+    ``history_limit``: watch events kept for replay; ``event_ttl``: seconds an Event lives after its
+    last write (None: forever); ``clock``: the store's time source (timestamps, Event expiry)."""
+    store = Store(history_limit=history_limit, event_ttl=event_ttl, **({"clock": clock} if clock else {}))
+    emu = Emulator(store=store, bookmark_interval=bookmark_interval)
     if crds_dir is not None:
         emu.load_crds(crds_dir)
     await emu.start(host, port)
@@ -932,11 +939,22 @@ def main(argv: list[str] | None = None) -> int:
         "--load", action="append", default=[], metavar="PATH",
         help="create the objects of this YAML file or directory at start (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--history-limit", type=int, default=10000,
+        help="watch events kept for replay; older resourceVersions get 410 Gone (default: 10000)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--event-ttl", type=float, default=3600.0, metavar="SECONDS",
+        help="Events are deleted this long after their last write, like kube-apiserver's --event-ttl "
+        "(default: 3600; 0 keeps them forever)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     async def serve() -> None:
         crds = args.crds if args.crds and Path(args.crds).is_dir() else None
-        async with run_emulator(crds, args.port, args.host) as emu:
+        async with run_emulator(
+            crds, args.port, args.host, history_limit=args.history_limit, event_ttl=args.event_ttl or None
+        ) as emu:
 
             def skipped(doc: dict[str, Any], err: Exception) -> None:
                 name = (doc.get("metadata") or {}).get("name")

@@ -17,6 +17,7 @@ import base64
 import builtins
 import contextlib
 import copy
+import heapq
 import json
 import random
 import re
@@ -25,7 +26,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from queueing.testing import builtin_rules
@@ -44,6 +45,7 @@ from queueing.testing.selectors import SelectorError, parse_field_selector, pars
 __all__ = ["AdmissionHook", "AdmissionRequest", "ApiError", "Store", "StoreEvent", "Watcher"]
 
 CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
+EVENT_KEYS = frozenset({"/events", "events.k8s.io/events"})  # expire after ``event_ttl`` like etcd leases
 NS_KEY = "/namespaces"
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -199,7 +201,16 @@ def _content(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 class Store:
-    def __init__(self, history_limit: int = 10000, clock: Callable[[], datetime] = _now) -> None:
+    """``history_limit``: watch events kept for replay (older resourceVersions get 410).
+    ``event_ttl``: seconds an Event lives after its last write (kube-apiserver's ``--event-ttl``,
+    default 1h; None keeps Events forever). ``clock``: the time source of timestamps and expiry."""
+
+    def __init__(
+        self,
+        history_limit: int = 10000,
+        clock: Callable[[], datetime] = _now,
+        event_ttl: float | None = 3600.0,
+    ) -> None:
         self.types: dict[str, ResourceType] = {}
         self.by_gvr: dict[tuple[str, str, str], ResourceType] = {}
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
@@ -209,6 +220,10 @@ class Store:
         self.compacted_rv = 0
         self.watchers: set[Watcher] = set()
         self.clock = clock
+        self.event_ttl = event_ttl
+        # (expiry, resource key, object key, resourceVersion) of every Event write, earliest first
+        self._expiry: builtins.list[tuple[datetime, str, tuple[str, str], str]] = []
+        self.events_expired = 0
         self._owned: dict[str, set[tuple[str, tuple[str, str]]]] = {}  # owner uid -> dependents
         # fieldValidation of the request being served (Strict/Warn/Ignore) and the warnings it produced
         self.field_validation = "Warn"
@@ -266,6 +281,9 @@ class Store:
         if old is not None:
             self._unindex(rt, key, old)
         self.objects[rt.key][key] = obj
+        if rt.key in EVENT_KEYS and self.event_ttl is not None:
+            expires = self.clock() + timedelta(seconds=self.event_ttl)
+            heapq.heappush(self._expiry, (expires, rt.key, key, obj["metadata"].get("resourceVersion", "")))
         for ref in obj["metadata"].get("ownerReferences") or []:
             if isinstance(ref, dict) and ref.get("uid"):
                 self._owned.setdefault(ref["uid"], set()).add((rt.key, key))
@@ -294,6 +312,21 @@ class Store:
             self.compacted_rv = dropped.rv
         for w in list(self.watchers):
             w.offer(ev)
+
+    def expire_events(self) -> int:
+        """Delete the Events whose TTL has passed by ``clock()`` (a DELETED watch event each, as when an
+        etcd lease expires). Called at the start of every read and write; returns how many went."""
+        n = 0
+        now = self.clock() if self._expiry else None
+        while self._expiry and now is not None and self._expiry[0][0] <= now:
+            _, rkey, key, rv = heapq.heappop(self._expiry)
+            obj = self.objects.get(rkey, {}).get(key)
+            if obj is None or obj["metadata"].get("resourceVersion") != rv:
+                continue  # deleted, or written again since (a later entry holds its new expiry)
+            self._force_delete(self.types[rkey], key[0] or None, key[1])
+            n += 1
+        self.events_expired += n
+        return n
 
     def compact(self) -> None:
         """Forget all history: any watch from an older resourceVersion now gets 410 Gone."""
@@ -401,6 +434,7 @@ class Store:
 
     # ------------------------------------------------------------ reads
     def get(self, rt: ResourceType, ns: str | None, name: str) -> dict[str, Any]:
+        self.expire_events()
         obj = self.objects[rt.key].get(self._key(rt, ns, name))
         if obj is None:
             raise ApiError.not_found(rt, name)
@@ -416,6 +450,7 @@ class Store:
         continue_token: str | None = None,
     ) -> tuple[list[dict[str, Any]], str, str | None, int | None]:
         """Matching objects sorted by key, the list resourceVersion, a continue token, remaining count."""
+        self.expire_events()
         try:
             lp = parse_label_selector(label_selector)
             fp = parse_field_selector(field_selector)
@@ -455,6 +490,7 @@ class Store:
     def create(
         self, rt: ResourceType, ns: str | None, body: dict[str, Any], dry_run: bool = False
     ) -> dict[str, Any]:
+        self.expire_events()
         if not isinstance(body, dict):
             raise ApiError.bad_request("the body of the request must be an object")
         obj = copy.deepcopy(body)
@@ -547,6 +583,7 @@ class Store:
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> dict[str, Any]:
+        self.expire_events()
         if not isinstance(body, dict):
             raise ApiError.bad_request("the body of the request must be an object")
         key = self._key(rt, ns, name)
@@ -698,6 +735,7 @@ class Store:
         options: dict[str, Any] | None = None,
         dry_run: bool = False,
     ) -> dict[str, Any]:
+        self.expire_events()
         options = options or {}
         key = self._key(rt, ns, name)
         old = self.objects[rt.key].get(key)
@@ -846,6 +884,7 @@ class Store:
         bookmarks: bool,
     ) -> Watcher:
         """A registered watcher whose queue already holds the replayed events; raises 410 when too old."""
+        self.expire_events()
         try:
             w = Watcher(
                 rt, ns, parse_label_selector(label_selector), parse_field_selector(field_selector), bookmarks
