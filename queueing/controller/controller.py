@@ -66,6 +66,7 @@ from queueing.controller.plan import (
     GATE_ADMISSION,
     GATE_PLACEMENT,
     HOSTNAME_LABEL,
+    ORIGINAL_PARALLELISM_ANNOTATION,
     PLACEMENT_INDEX_ANNOTATION,
     POD_GROUP_LABEL,
     POD_GROUP_TOTAL_ANNOTATION,
@@ -130,6 +131,7 @@ from queueing.scheduling.from_api import (
 )
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, workload_for_job, workload_for_pod_group
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
+from queueing.scheduling.quota import cohort_cycles
 from queueing.scheduling.requeue import next_requeue
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
 
@@ -528,10 +530,17 @@ class Controller:
 
     async def _report_invalid_queues(self) -> None:
         """A ClusterQueue, Cohort, LocalQueue or ResourceFlavor that the API holds but the model rejects is
-        left out, as if absent: a Warning Event on it names the field (once per message)."""
+        left out, as if absent: a Warning Event on it names the field. A Cohort on a parent cycle gets one
+        too (its ClusterQueues say it in their Active condition). Once per message."""
         for informer in (self.cluster_queues, self.cohorts, self.local_queues, self.flavors):
             for ref, msg in informer.invalid_objects():
                 await self.events.emit(ref, "Warning", f"Invalid{ref.kind or 'Object'}", msg)
+        cohorts = {c.name: c for c in queue_specs(self.cohorts.list()).cohorts}
+        for name, cycle in cohort_cycles(cohorts).items():
+            obj = self.cohorts.get(name)
+            if obj is not None:
+                why = f"Cohort {name} is on a parent cycle: {cycle}; its ClusterQueues are inactive"
+                await self.events.emit(obj, "Warning", "CohortCycle", why)
 
     # ---- queues in the ledger
     async def _sync_ledger_queues(self) -> None:
@@ -655,8 +664,15 @@ class Controller:
                 await self.events.emit(pods[0], "Warning", "InvalidPodGroup", str(e))
 
     async def _suspend(self, job: Job, why: str) -> None:
+        """Suspend a Job (its pods are deleted by the Job controller); a partial admission's lowered
+        parallelism is given back in the same write (as Kueue restores the pod set info)."""
+        body: dict[str, Any] = {"spec": {"suspend": True}}
+        original = _original_parallelism(job)
+        if original is not None:
+            body["spec"]["parallelism"] = original
+            body["metadata"] = {"annotations": {ORIGINAL_PARALLELISM_ANNOTATION: None}}
         raw = await retrying(
-            lambda: self.kube.patch(JOBS, job.name, {"spec": {"suspend": True}}, job.namespace),
+            lambda: self.kube.patch(JOBS, job.name, body, job.namespace),
             what=f"suspend Job {job.key}",
         )
         self.jobs.observe(raw)
@@ -1163,13 +1179,7 @@ class Controller:
             if not job.spec.suspend and not job_finished(job)[0]:
                 # (the planned node in the template is replaced at the next admission: the template
                 # may only change while the Job is suspended)
-                raw = await retrying(
-                    lambda: self.kube.patch(JOBS, job.name, {"spec": {"suspend": True}}, job.namespace),
-                    what=f"suspend Job {job.key}",
-                )
-                self.jobs.observe(raw)
-                self.stats.suspended += 1
-                await self.events.emit(job, "Normal", "Suspended", f"evicted: {why}")
+                await self._suspend(job, f"evicted: {why}")
             return
         group = wl.labels.get(POD_GROUP_LABEL)
         if group:
@@ -1489,8 +1499,15 @@ class Controller:
         if spec:
             template["spec"] = spec
         patch: dict[str, Any] = {"spec": {"suspend": False, "template": template}}
-        if psa.count is not None and job.spec.parallelism is not None and psa.count < job.spec.parallelism:
+        original = _original_parallelism(job)
+        own = original if original is not None else job.spec.parallelism
+        if psa.count is not None and own is not None and psa.count < own:
+            # partial admission: the Job's own parallelism is kept to be restored on suspension
             patch["spec"]["parallelism"] = psa.count
+            patch["metadata"] = {"annotations": {ORIGINAL_PARALLELISM_ANNOTATION: str(own)}}
+        elif original is not None:  # left from an earlier partial admission: admitted in full now
+            patch["spec"]["parallelism"] = original
+            patch["metadata"] = {"annotations": {ORIGINAL_PARALLELISM_ANNOTATION: None}}
         fault_point("bind.before_start_job")
         raw = await retrying(
             lambda: self.kube.patch(JOBS, job.name, patch, job.namespace, patch_type="strategic"),
@@ -1646,6 +1663,12 @@ class Controller:
 def _total(pod: Pod) -> int:
     raw = pod.annotations.get(POD_GROUP_TOTAL_ANNOTATION, "")
     return int(raw) if raw.isdigit() and int(raw) > 0 else 1
+
+
+def _original_parallelism(job: Job) -> int | None:
+    """The parallelism a partially admitted Job had before the controller lowered it."""
+    raw = job.annotations.get(ORIGINAL_PARALLELISM_ANNOTATION, "")
+    return int(raw) if raw.isdigit() else None
 
 
 def _ended(pod: Pod) -> bool:

@@ -24,6 +24,7 @@ __all__ = [
     "GATE_ADMISSION",
     "GATE_PLACEMENT",
     "HOSTNAME_LABEL",
+    "ORIGINAL_PARALLELISM_ANNOTATION",
     "PLACEMENT_INDEX_ANNOTATION",
     "POD_GROUP_LABEL",
     "POD_GROUP_TOTAL_ANNOTATION",
@@ -47,6 +48,8 @@ QUEUE_LABEL = "queueing.dra.io/queue-name"
 WORKLOAD_UID_LABEL = "queueing.dra.io/workload-uid"  # on the pod template of an admitted Job
 POD_SET_LABEL = "queueing.dra.io/pod-set"  # the pod set of the Workload the pod belongs to
 PLACEMENT_INDEX_ANNOTATION = "queueing.dra.io/placement-index"  # which planned pod a pod is
+# on a Job admitted partially (lower parallelism): its own parallelism, restored when it is suspended
+ORIGINAL_PARALLELISM_ANNOTATION = "queueing.dra.io/original-parallelism"
 GATE_PLACEMENT = "queueing.dra.io/placement"
 GATE_ADMISSION = "queueing.dra.io/admission"
 POD_GROUP_LABEL = "queueing.dra.io/pod-group"

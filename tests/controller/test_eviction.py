@@ -293,3 +293,45 @@ async def test_victim_that_does_not_go_away_gets_the_plan_recomputed(
 
 def requeue_count(wl: dict[str, Any] | None) -> int | None:
     return (((wl or {}).get("status") or {}).get("requeueState") or {}).get("count")
+
+
+async def test_partial_admission_parallelism_restored_when_evicted(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """A Job admitted with a lowered parallelism (minCount) gets its own parallelism back when it is
+    suspended by its eviction (Kueue restores the pod set info); admitted again, it is lowered again."""
+    priority_classes(emu)
+    await harness.start()
+    await admin.create(JOBS, prio_job("mid", "mid", template="gpu-4"))
+    await eventually(lambda: running(emu, "mid", 1), "mid runs")  # one node's 4 GPUs
+    body = prio_job("part", "low", parallelism=4, template="gpu-2")  # 8 GPUs wanted, 4 free
+    body["metadata"]["annotations"] = {"queueing.dra.io/min-parallelism": "1"}
+    await admin.create(JOBS, body)
+    await eventually(lambda: running(emu, "part", 2), "part runs 2 of its 4 pods")
+    part = get(emu, "jobs", "part", "batch")
+    assert part is not None and part["spec"]["parallelism"] == 2
+    assert part["metadata"]["annotations"]["queueing.dra.io/original-parallelism"] == "4"
+    wl = workload(emu, "job-part")
+    assert wl is not None and wl["status"]["admission"]["podSetAssignments"][0]["count"] == 2
+
+    await admin.create(JOBS, prio_job("high", "high", template="gpu-4"))
+    await eventually(lambda: is_true(workload(emu, "job-part"), "Evicted"), "part is preempted")
+    part = await eventually(
+        lambda: (j := get(emu, "jobs", "part", "batch")) and j["spec"].get("suspend") and j,
+        "part is suspended",
+    )
+    # suspended with its own parallelism back, in the same write; the bookkeeping annotation is gone
+    assert part["spec"]["parallelism"] == 4
+    assert "queueing.dra.io/original-parallelism" not in (part["metadata"].get("annotations") or {})
+    await eventually(lambda: running(emu, "high", 1), "high runs on part's devices")
+    wl = workload(emu, "job-part")
+    assert wl is not None and wl["spec"]["podSets"][0]["count"] == 4 and "admission" not in wl["status"]
+
+    # high finishes: part is admitted partially again (the Workload still asks for 4) and lowered again
+    cluster.finish_pods("default", "high")
+    await eventually(lambda: running(emu, "part", 2), "part runs 2 of 4 again")
+    part = get(emu, "jobs", "part", "batch")
+    assert part is not None and part["spec"]["parallelism"] == 2
+    assert part["metadata"]["annotations"]["queueing.dra.io/original-parallelism"] == "4"
+    assert not cluster.errors
+    assert not emu.authorizer.denied  # type: ignore[union-attr]
