@@ -11,7 +11,9 @@ never reconnects or retries a 410 by itself — this loop owns all of that.
 
 Objects are parsed with the model class given (any ``KubeObject`` subclass); without one, the cache holds
 plain ``KubeObject``s (every field kept). An object the model rejects is left out of the cache and
-recorded in ``invalid`` (key -> message), so the controller can report it and keep going.
+recorded in ``invalid`` (key -> message), so the controller can report it and keep going;
+``invalid_objects()`` gives each with a reference to it (apiVersion, kind and metadata only), e.g. for
+an Event.
 
 Handlers are called in event order, after the cache is updated, with ``(old, new)``; ``new`` is None
 on delete, ``old`` is None on add. A handler may be a plain function or a coroutine function; an
@@ -97,6 +99,7 @@ class Informer(Generic[T]):
         self.resource_version = ""
         self.has_synced = False
         self.invalid: dict[str, str] = {}
+        self._invalid_refs: dict[str, KubeObject] = {}
         self.stats = InformerStats()
         self._cache: dict[str, T] = {}
         self._handlers: list[Handler[T]] = []
@@ -104,6 +107,12 @@ class Informer(Generic[T]):
         self._synced = asyncio.Event()
         self._watch: Watch | None = None
         self._stopping = False
+
+    def invalid_objects(self) -> list[tuple[KubeObject, str]]:
+        """(reference to the object, message) for each object in ``invalid``."""
+        for key in self._invalid_refs.keys() - self.invalid.keys():
+            del self._invalid_refs[key]
+        return [(self._invalid_refs[k], msg) for k, msg in self.invalid.items() if k in self._invalid_refs]
 
     # ------------------------------------------------------------ cache access
     def get(self, name: str, namespace: str | None = None) -> T | None:
@@ -185,6 +194,14 @@ class Informer(Generic[T]):
             if self.invalid.get(key) != msg:
                 log.warning("ignoring invalid object: %s", msg)
             self.invalid[key] = msg
+            with contextlib.suppress(ValidationError):  # a reference: the metadata and the kind only
+                self._invalid_refs[key] = KubeObject.model_validate(
+                    {
+                        "apiVersion": raw.get("apiVersion") or self.resource.api_version,
+                        "kind": raw.get("kind") or self.resource.kind or None,
+                        "metadata": raw.get("metadata"),
+                    }
+                )
             return None
         self.invalid.pop(key, None)
         return obj

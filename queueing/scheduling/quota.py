@@ -28,7 +28,7 @@ from typing import Literal
 
 from queueing.scheduling.snapshot import ClusterQueueSpec, CohortSpec, FlavorResource, ResourceQuota
 
-__all__ = ["FitMode", "QuotaFit", "QuotaTree", "cohort_id", "cq_id"]
+__all__ = ["FitMode", "QuotaFit", "QuotaTree", "cohort_cycles", "cohort_id", "cq_id"]
 
 FitMode = Literal["Fit", "Preempt", "NoFit"]
 _ZERO = Fraction(0)
@@ -115,6 +115,21 @@ def _fmt(v: Fraction) -> str:
     return format(float(v), "g")
 
 
+def cohort_cycles(specs: Mapping[str, CohortSpec]) -> dict[str, str]:
+    """Cohort name -> "a -> b -> a" for every cohort that is on a parent cycle."""
+    out: dict[str, str] = {}
+    for start in sorted(specs):
+        path: list[str] = []
+        cur: str | None = start
+        while cur is not None and cur not in path:
+            path.append(cur)
+            spec = specs.get(cur)
+            cur = spec.parent if spec else None
+        if cur is not None and cur == start:
+            out[start] = " -> ".join([*path, start])
+    return out
+
+
 class QuotaTree:
     """Mutable per-cycle accounting of quota usage (build one per cycle; ``clone`` to try things)."""
 
@@ -130,7 +145,7 @@ class QuotaTree:
         for name in sorted(names):
             spec = cohort_specs.get(name, CohortSpec(name=name))
             self.nodes[cohort_id(name)] = _Node(cohort_id(name), name, spec.quotas(), spec.fair_weight)
-        cyclic = self._find_cycles(cohort_specs)
+        cyclic = cohort_cycles(cohort_specs)
         for name in sorted(names):
             own = cohort_specs.get(name)
             if own is not None and own.parent and name not in cyclic:
@@ -160,21 +175,6 @@ class QuotaTree:
     def _link(child: _Node, parent: _Node) -> None:
         child.parent = parent
         parent.children.append(child)
-
-    @staticmethod
-    def _find_cycles(specs: Mapping[str, CohortSpec]) -> dict[str, str]:
-        """Cohort name -> "a -> b -> a" for every cohort that is on a parent cycle."""
-        out: dict[str, str] = {}
-        for start in sorted(specs):
-            path: list[str] = []
-            cur: str | None = start
-            while cur is not None and cur not in path:
-                path.append(cur)
-                spec = specs.get(cur)
-                cur = spec.parent if spec else None
-            if cur is not None and cur == start:
-                out[start] = " -> ".join([*path, start])
-        return out
 
     @staticmethod
     def _cycle_reason(name: str, specs: Mapping[str, CohortSpec], cyclic: Mapping[str, str]) -> str:
