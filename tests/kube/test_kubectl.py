@@ -251,3 +251,24 @@ async def test_kubectl_create_label_patch_and_describe_builtins(
     assert re.search(r"default\s+p\s+2 \(25%\)", described)  # the node describer lists pods by spec.nodeName
     assert re.search(r"Node:\s+gpu-1", await kubectl("describe", "pod", "p"))
     assert 'pod "p" deleted' in await kubectl("delete", "pod", "p")
+
+
+async def test_kubectl_explain_reads_crd_schemas_from_openapi_v3(kubectl: Kubectl) -> None:
+    out = await kubectl("explain", "workload.spec.podSets")
+    assert "KIND:       Workload" in out and "VERSION:    v1beta1" in out, out
+    assert "FIELD: podSets <[]Object>" in out, out
+    # the fields and descriptions of crds/queueing.dra.io_workloads.yaml
+    for needle in ("count\t<integer>", "template\t<Object> -required-", "resourceClaims\t<[]Object>",
+                   "Sets of homogeneous pods; admitted together as a gang"):  # fmt: skip
+        assert needle in out, f"{needle!r} not in:\n{out}"
+    out = await kubectl("explain", "clusterqueue")
+    assert "KIND:       ClusterQueue" in out, out
+    assert "ClusterQueue: quota per flavor and resource" in out, out
+    for field in ("apiVersion\t<string>", "metadata\t<ObjectMeta>", "spec\t<Object>", "status\t<Object>"):
+        assert field in out, f"{field!r} not in:\n{out}"
+    out = await kubectl("explain", "cq.spec.resourceGroups.flavors", "--recursive")
+    assert "nominalQuota" in out, out
+    # metadata resolves through the $ref to ObjectMeta; a path that does not exist is an error
+    assert "labels\t<map[string]string>" in await kubectl("explain", "workloads.metadata")
+    out = await kubectl("explain", "workload.spec.nope", ok=False)
+    assert 'field "nope" does not exist' in out, out
