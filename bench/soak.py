@@ -4,8 +4,15 @@ Workloads deleted as a TTL controller would. Reports RSS after the warm-up and a
 task count, and checks the ledger at the end (no active admission, zero usage, a workload's
 admissions never overlap).
 
-    python bench/soak.py                 # 2000 Jobs
-    python bench/soak.py --jobs 10000    # longer
+    python bench/soak.py                         # 2000 Jobs, the controller in this process
+    python bench/soak.py --jobs 10000            # longer
+    python bench/soak.py --separate --jobs 2000  # the controller alone in its own process
+
+``--separate`` runs the controller as ``queueing run`` in a child process (real clock, leader election
+off, its probes and periodic jobs on) against the emulator served by this process, so the RSS
+reported is the controller's alone (``VmRSS`` of the child from ``/proc``, at start, after the
+warm-up, half-way and at the last Job), with its thread and open file counts; the asyncio task count
+is not visible from outside and is reported only in process.
 """
 
 from __future__ import annotations
@@ -15,11 +22,12 @@ import asyncio
 import gc
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
 import tracemalloc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +42,80 @@ from queueing.testing import run_emulator
 from tests.controller.conftest import CONTROLLER_TOKEN, CRDS, Harness, ManualTime, cluster_objects
 from tests.controller.standins import JOB_NAME_LABEL, StandIns, suspend_queued_jobs
 from tests.controller.test_eviction import prio_job, priority_classes
+from tests.controller.test_process import free_port
 from tests.reliability.crash import crash_config
 
 
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def proc_status(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM (peak) in MB, Threads and open fds of process ``pid`` (Linux /proc)."""
+    out: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) / 1024
+            elif key == "Threads":
+                out[key] = int(value)
+    out["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+    return out
+
+
+class ControllerChild:
+    """``queueing run`` in a child process against the emulator at ``url``; stderr goes to a file."""
+
+    def __init__(self, kubeconfig: Path, ledger_url: str, workdir: Path) -> None:
+        self.health = f"127.0.0.1:{free_port()}"
+        config = workdir / "controller.yaml"
+        config.write_text(
+            "namespace: default\nlogLevel: warning\nplanBindingMode: Full\nevictionTimeout: 24h\n"
+            "leaderElection:\n  leaderElect: false\n"
+            f"metrics:\n  bindAddress: 127.0.0.1:{free_port()}\n"
+            f"health:\n  healthProbeBindAddress: {self.health}\n"
+            "waitForPodsReady:\n  enable: false\n"
+        )
+        self.log = workdir / "controller.log"
+        self.env = {**os.environ, "QUEUEING_CONFIG": str(config), "QUEUEING_DATABASE_URL": ledger_url}
+        self.args = [sys.executable, "-m", "queueing", "run", "--kubeconfig", str(kubeconfig)]
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self, timeout: float = 60.0) -> None:
+        import aiohttp
+
+        with open(self.log, "wb") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.args, env=self.env, stdout=log, stderr=log, cwd=self.log.parent
+            )
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as s:
+            while True:  # ready: informers synced (and the ledger answers)
+                try:
+                    async with s.get(f"http://{self.health}/readyz") as r:
+                        if r.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                if self.proc.returncode is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"queueing run did not become ready:\n{self.log.read_text()[-3000:]}")
+                await asyncio.sleep(0.1)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def status(self) -> dict[str, float]:
+        return proc_status(self.pid)
+
+    async def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), 60)
 
 
 def report_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, jobs: int) -> None:
@@ -92,8 +168,24 @@ class SoakResult:
     rss_running_mb: float
     tasks_running: int
     problems: list[str]
+    # --separate: the controller process at start / after warm-up / half-way / at the last Job
+    child: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def summary(self) -> str:
+        if self.child:
+            points = ("start", "warm", "middle", "end")
+            c = self.child
+            return (
+                f"{self.jobs} Jobs in {self.seconds:.0f}s ({self.jobs / self.seconds:.1f} Jobs/s); "
+                f"{self.admissions} admissions, {self.evictions} released early (preemption); "
+                "controller process RSS "
+                + " -> ".join(f"{c[p]['VmRSS']:.1f}" for p in points if p in c)
+                + f" MB (start, after warm-up, half-way, last Job; peak {c['end']['VmHWM']:.1f} MB); "
+                "threads " + " -> ".join(f"{c[p]['Threads']:.0f}" for p in points if p in c)
+                + "; open fds " + " -> ".join(f"{c[p]['fds']:.0f}" for p in points if p in c)
+                + f"; test process RSS {self.rss_warm_mb:.0f} -> {self.rss_running_mb:.0f} MB; "
+                f"ledger {'consistent' if not self.problems else self.problems}"
+            )  # fmt: skip
         return (
             f"{self.jobs} Jobs in {self.seconds:.0f}s ({self.jobs / self.seconds:.1f} Jobs/s); "
             f"{self.admissions} admissions, {self.evictions} released early (preemption); "
@@ -104,7 +196,9 @@ class SoakResult:
         )
 
 
-async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | None = None) -> SoakResult:
+async def soak(
+    jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | None = None, separate: bool = False
+) -> SoakResult:
     rng = random.Random(seed)
     snap_warm: tracemalloc.Snapshot | None = None
     warmup = warmup if warmup is not None else max(20, jobs // 10)
@@ -127,11 +221,22 @@ async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | 
                 return emu.store.list(rt[kind], "default", None)[0]
 
             harness = Harness(emu, ledger, crash_config(), clock=clock, eviction_timeout=1e9)
+            child: ControllerChild | None = None
+            child_status: dict[str, dict[str, float]] = {}
+            if separate:
+                kubeconfig = emu.kubeconfig_path(tmp, token=CONTROLLER_TOKEN, user="controller")
+                child = ControllerChild(
+                    kubeconfig, f"sqlite+aiosqlite:///{Path(tmp) / 'ledger.db'}", Path(tmp)
+                )
             admin_api = api_client_for_url(emu.url, token="admin-token")
             admin = KubeClient(admin_api)
             rss_warm = tasks_warm = 0.0
             async with StandIns(emu) as cluster:
-                await harness.start()
+                if child is not None:
+                    await child.start()
+                    child_status["start"] = child.status()
+                else:
+                    await harness.start()
                 created = done = 0
                 stalled = 0
                 while done < jobs:
@@ -157,7 +262,11 @@ async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | 
                         emu.store.delete(rt["workloads.queueing.dra.io"], "default", f"job-{n}")
                         emu.store.delete(rt["jobs.batch"], "default", n)
                         done += 1
+                        if child is not None and done == jobs // 2:
+                            child_status["middle"] = child.status()
                         if done == warmup:
+                            if child is not None:
+                                child_status["warm"] = child.status()
                             gc.collect()
                             rss_warm, tasks_warm = rss_mb(), len(asyncio.all_tasks())
                             if tracemalloc.is_tracing():
@@ -191,9 +300,13 @@ async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | 
                     clock.advance(1.0)
                     if harness.controller is not None:
                         harness.controller.wake()
+                    if child is not None and child.proc is not None and child.proc.returncode is not None:
+                        raise AssertionError(f"the controller exited:\n{child.log.read_text()[-3000:]}")
                     await asyncio.sleep(0.01)
                 gc.collect()
                 rss_running, tasks_running = rss_mb(), len(asyncio.all_tasks())
+                if child is not None:
+                    child_status["end"] = child.status()
                 if snap_warm is not None:
                     print(f"end: emulator history {len(emu.store.history)} events", flush=True)
                     print(
@@ -202,6 +315,10 @@ async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | 
                     report_growth(snap_warm, tracemalloc.take_snapshot(), jobs - warmup)
                 await harness.stop()
                 errors = list(cluster.errors)
+                if child is not None:
+                    rc = await child.stop()
+                    if rc != 0:
+                        errors.append(f"queueing run exited {rc}: {child.log.read_text()[-2000:]}")
             await admin_api.close()
         gc.collect()
         rss_end, tasks_end = rss_mb(), len(asyncio.all_tasks())
@@ -241,6 +358,7 @@ async def soak(jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | 
         rss_running_mb=rss_running,
         tasks_running=tasks_running,
         problems=problems,
+        child=child_status,
     )
 
 
@@ -251,6 +369,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=None, help="Jobs done before the first measurement")
     ap.add_argument(
+        "--separate",
+        action="store_true",
+        help="run the controller as `queueing run` in a child process and report its RSS alone",
+    )
+    ap.add_argument(
         "--trace",
         type=int,
         default=0,
@@ -260,7 +383,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.trace:
         tracemalloc.start(args.trace)
-    r = asyncio.run(soak(args.jobs, args.window, args.seed, args.warmup))
+    r = asyncio.run(soak(args.jobs, args.window, args.seed, args.warmup, args.separate))
     print(r.summary())
     return 1 if r.problems else 0
 
