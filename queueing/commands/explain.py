@@ -3,9 +3,12 @@
     queueing explain NAMESPACE/WORKLOAD [--kubeconfig FILE] [--context NAME] [--url LEDGER_URL]
 
 From the cluster: the Workload's state, conditions (pending reason, eviction, requeue), requeue
-backoff and, when admitted, its plan (node and devices per pod). From the ledger: its admissions
-(when, where, which devices, how each ended) and evictions (why, by which preemptor), and the
-workloads it preempted. ``WORKLOAD`` may also be the name of a queued Job (its Workload is
+backoff and, when admitted, its plan (node and devices per pod); for a workload that is not admitted
+also its queue (does the LocalQueue exist, which ClusterQueue, is that queue active or stopped) and its
+position among the pending workloads of its ClusterQueue and LocalQueue (the queue order without
+fair sharing: priority, then creation time), and for a deactivated one how to reactivate it. From the
+ledger: its admissions (when, where, which devices, how each ended) and evictions (why, by which
+preemptor), and the workloads it preempted. ``WORKLOAD`` may also be the name of a queued Job (its Workload is
 ``job-NAME``). Exit codes: 0 explained, 1 no such workload, 2 on errors (cluster or database
 unreachable, bad arguments).
 """
@@ -62,8 +65,7 @@ class _Failed(Exception):
 
 async def _explain(ns: str, name: str, args: argparse.Namespace) -> str:
     from queueing.api.v1beta1 import Workload
-    from queueing.controller.controller import WORKLOADS
-    from queueing.kube.client import KubeClient, load_api_client
+    from queueing.kube.client import WORKLOADS, KubeClient, load_api_client
     from queueing.kube.writes import is_not_found
 
     try:
@@ -83,10 +85,26 @@ async def _explain(ns: str, name: str, args: argparse.Namespace) -> str:
         if raw is None:
             raise _NotFound(f"Workload {ns}/{name} not found (nor job-{name})")
         wl = Workload.model_validate(raw)
+        queues = await _queues(kube, wl)
     finally:
         await api.close()
     history = await _ledger_history(wl.metadata.uid or "", args.url)
-    return render(wl, history)
+    return render(wl, history, queues)
+
+
+async def _queues(kube: Any, wl: Any) -> dict[str, Any] | None:
+    """The Workload's LocalQueue and ClusterQueue and the pending Workloads that compete with it; None
+    when they cannot be read (e.g. no permission to list them): the rest is explained anyway."""
+    from queueing.api.v1beta1 import ClusterQueue, LocalQueue, Workload
+    from queueing.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS
+
+    try:
+        lqs = [LocalQueue.model_validate(o) for o in (await kube.list(LOCAL_QUEUES)).get("items") or []]
+        cqs = [ClusterQueue.model_validate(o) for o in (await kube.list(CLUSTER_QUEUES)).get("items") or []]
+        wls = [Workload.model_validate(o) for o in (await kube.list(WORKLOADS)).get("items") or []]
+    except Exception:
+        return None
+    return {"local_queues": lqs, "cluster_queues": cqs, "workloads": wls}
 
 
 def _short(e: Exception) -> str:
@@ -152,16 +170,80 @@ def _ts(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def render(wl: Any, history: dict[str, Any]) -> str:
-    """The explanation as text (pure: the Workload model and the ledger rows)."""
+def _pending(wl: Any) -> bool:
+    """Waiting for admission and competing for it: not finished, not holding quota, not deactivated,
+    not being deleted, not found inadmissible by the controller (e.g. its LocalQueue is stopped)."""
+    st = wl.status
+    qr = st.condition("QuotaReserved")
+    return not (
+        st.is_true("Finished")
+        or st.is_true("QuotaReserved")
+        or wl.spec.active is False
+        or wl.metadata.deletion_timestamp
+        or (qr is not None and qr.reason == "Inadmissible")
+    )
+
+
+def _queue_lines(wl: Any, queues: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+    """Where the workload waits: its LocalQueue and ClusterQueue (missing, stopped, inactive); and its
+    position among the pending workloads of both, in queue order without fair sharing."""
+    ns = wl.namespace or "default"
+    prio = f", priority {wl.spec.priority}" if wl.spec.priority is not None else ""
+    head = f"  Queue:     LocalQueue {ns}/{wl.spec.queue_name}"
+    if queues is None:
+        return [head + prio], []
+    lq = next((q for q in queues["local_queues"] if q.key == f"{ns}/{wl.spec.queue_name}"), None)
+    if lq is None:
+        return [head + f" (does not exist: create it, or move the workload to another queue){prio}"], []
+    cq_name = lq.spec.cluster_queue
+    cq = next((q for q in queues["cluster_queues"] if q.name == cq_name), None)
+    out = [head + f" -> ClusterQueue {cq_name}" + (" (does not exist)" if cq is None else "") + prio]
+    if lq.spec.stop_policy != "None":
+        out.append(f"             the LocalQueue is stopped (stopPolicy {lq.spec.stop_policy})")
+    if cq is not None:
+        if cq.spec.stop_policy != "None":
+            out.append(f"             the ClusterQueue is stopped (stopPolicy {cq.spec.stop_policy})")
+        active = next((c for c in cq.status.conditions or [] if c.type == "Active"), None)
+        if active is not None and active.status != "True":
+            out.append(f"             the ClusterQueue is inactive ({active.reason}): {active.message}")
+    if not _pending(wl):
+        return out, []
+    cq_of = {q.key: q.spec.cluster_queue for q in queues["local_queues"] if q.spec.stop_policy == "None"}
+    # the order of ClusterQueue heads (queueing.scheduling.ordering.priority_key without fair sharing)
+    pending = sorted(
+        (w for w in queues["workloads"] if _pending(w)),
+        key=lambda w: (-(w.spec.priority or 0), w.metadata.creation_timestamp or "", w.key),
+    )
+    in_cq = [
+        w.key for w in pending if cq_of.get(f"{w.namespace or 'default'}/{w.spec.queue_name}") == cq_name
+    ]
+    in_lq = [
+        w.key for w in pending if (w.namespace or "default") == ns and w.spec.queue_name == wl.spec.queue_name
+    ]
+    if wl.key not in in_cq:
+        return out, []
+    ahead = in_cq[: in_cq.index(wl.key)]
+    position = [
+        f"  Position:  {len(ahead) + 1} of {len(in_cq)} pending in ClusterQueue {cq_name}, "
+        f"{in_lq.index(wl.key) + 1} of {len(in_lq)} in LocalQueue {ns}/{wl.spec.queue_name} "
+        "(by priority, then creation time; fair sharing can reorder)"
+    ]
+    if ahead:
+        position.append(
+            f"             ahead of it: {', '.join(ahead[:5])}" + (" ..." if len(ahead) > 5 else "")
+        )
+    return out, position
+
+
+def render(wl: Any, history: dict[str, Any], queues: dict[str, Any] | None = None) -> str:
+    """The explanation as text (pure: the Workload model, the ledger rows and, when they could be
+    read, the queues and Workloads of the cluster)."""
     st = wl.status
     out: list[str] = []
     uid = wl.metadata.uid or ""
     out.append(f"Workload {wl.key} (uid {uid})")
-    out.append(
-        f"  Queue:     LocalQueue {wl.spec.queue_name}"
-        + (f", priority {wl.spec.priority}" if wl.spec.priority is not None else "")
-    )
+    queue, position = _queue_lines(wl, queues)
+    out.extend(queue)
 
     def cond(t: str) -> Any:
         return st.condition(t)
@@ -176,9 +258,26 @@ def render(wl: Any, history: dict[str, Any]) -> str:
     elif qr is not None and qr.status == "True" and st.admission is not None:
         state = f"Admitted to ClusterQueue {st.admission.cluster_queue}"
     else:
-        why = f"{qr.reason}: {qr.message}" if qr is not None else "not looked at yet"
+        why = (
+            f"{qr.reason}: {qr.message}"
+            if qr is not None
+            else "not looked at yet (is the controller running?)"
+        )
         state = f"Pending — {why}"
     out.append(f"  State:     {state}")
+    if wl.spec.active is False and (fin is None or fin.status != "True"):
+        out.append(
+            f"  Reactivate: kubectl patch workload {wl.name} -n {wl.namespace or 'default'} "
+            """--type merge -p '{"spec":{"active":true}}'"""
+        )
+    elif qr is not None and qr.status != "True" and (fin is None or fin.status != "True"):
+        never = not history["admissions"]
+        out.append(
+            f"  Waiting:   since {wl.metadata.creation_timestamp or '-'}"
+            + (", never admitted" if never else "")
+            + f"; reason {qr.reason} since {qr.last_transition_time}"
+        )
+    out.extend(position)
     if ev is not None and ev.status == "True" and not state.startswith("Being evicted"):
         out.append(f"  Evicted:   {ev.reason}: {ev.message} (at {ev.last_transition_time})")
     if st.requeue_state is not None and st.requeue_state.count:

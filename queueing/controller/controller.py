@@ -86,18 +86,23 @@ from queueing.controller.plan import (
 from queueing.controller.queues import queue_statuses
 from queueing.faults import fault_point
 from queueing.kube.client import (
+    CLUSTER_QUEUES,
+    COHORTS,
     DEVICE_CLASSES,
     JOBS,
+    LOCAL_QUEUES,
     NAMESPACES,
     NODES,
     PODS,
     PRIORITY_CLASSES,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
+    RESOURCE_FLAVORS,
     RESOURCE_SLICES,
+    WORKLOAD_PRIORITY_CLASSES,
+    WORKLOADS,
     KubeClient,
     Resource,
-    queueing_resource,
 )
 from queueing.kube.events import EventRecorder
 from queueing.kube.informer import Informer
@@ -147,13 +152,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("queueing.controller")
-
-WORKLOADS = queueing_resource("workloads", "Workload", True)
-CLUSTER_QUEUES = queueing_resource("clusterqueues", "ClusterQueue", False)
-LOCAL_QUEUES = queueing_resource("localqueues", "LocalQueue", True)
-COHORTS = queueing_resource("cohorts", "Cohort", False)
-RESOURCE_FLAVORS = queueing_resource("resourceflavors", "ResourceFlavor", False)
-WORKLOAD_PRIORITY_CLASSES = queueing_resource("workloadpriorityclasses", "WorkloadPriorityClass", False)
 
 REASON_MAX = 316
 

@@ -18,12 +18,15 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 __all__ = [
+    "CLUSTER_QUEUES",
+    "COHORTS",
     "CONFIGMAPS",
     "CRDS",
     "DEVICE_CLASSES",
     "EVENTS",
     "JOBS",
     "LEASES",
+    "LOCAL_QUEUES",
     "NAMESPACES",
     "NODES",
     "PATCH_CONTENT_TYPES",
@@ -31,7 +34,10 @@ __all__ = [
     "PRIORITY_CLASSES",
     "RESOURCE_CLAIMS",
     "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_FLAVORS",
     "RESOURCE_SLICES",
+    "WORKLOADS",
+    "WORKLOAD_PRIORITY_CLASSES",
     "ApiException",
     "KubeClient",
     "Resource",
@@ -96,6 +102,14 @@ CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False
 def queueing_resource(plural: str, kind: str, namespaced: bool) -> Resource:
     """One of our CRDs (group ``queueing.dra.io``, version ``v1beta1``)."""
     return Resource("queueing.dra.io", "v1beta1", plural, namespaced, kind)
+
+
+WORKLOADS = queueing_resource("workloads", "Workload", True)
+CLUSTER_QUEUES = queueing_resource("clusterqueues", "ClusterQueue", False)
+LOCAL_QUEUES = queueing_resource("localqueues", "LocalQueue", True)
+COHORTS = queueing_resource("cohorts", "Cohort", False)
+RESOURCE_FLAVORS = queueing_resource("resourceflavors", "ResourceFlavor", False)
+WORKLOAD_PRIORITY_CLASSES = queueing_resource("workloadpriorityclasses", "WorkloadPriorityClass", False)
 
 
 async def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s.ApiClient:
