@@ -18,7 +18,6 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,11 +25,7 @@ from types import TracebackType
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.controller.test_process import free_port
 
 
 def find_bindir() -> Path | None:
@@ -49,7 +44,7 @@ class PrivatePostgres:
         self.bindir, self.root, self.run_as = bindir, root, run_as
         self.data = root / "data"
         self.log = root / "server.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.running = False
 
     @classmethod

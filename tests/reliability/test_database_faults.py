@@ -5,11 +5,13 @@ that finished meanwhile is released once, and the ledger agrees with the cluster
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
+from queueing.controller.controller import Controller
 from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
@@ -33,28 +35,44 @@ class Outage:
             raise OperationalError("SELECT 1", {}, Exception("database unavailable (injected)"))
 
 
-async def test_database_outage_stops_admission_then_resumes_without_loss(
-    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger
+async def outage_scenario(
+    emu: Emulator,
+    admin: KubeClient,
+    cluster: StandIns,
+    ledger: Ledger,
+    c: Controller,
+    down: Callable[[], Awaitable[Any]],
+    up: Callable[[], Awaitable[Any]],
+    *,
+    while_down: Callable[[], Awaitable[Any]] | None = None,
+    after_up: Callable[[], Awaitable[Any]] | None = None,
 ) -> None:
-    outage = Outage(ledger)
-    c = await harness.start()
+    """The outage story shared by the database fault tests: a Job admitted before, the database taken
+    ``down``, a Job arriving and another finishing meanwhile (nothing admitted, the finish not marked:
+    the ledger release comes first; the loop keeps running), then ``up``: the waiting Job is admitted
+    once, the finished one released once, the ledger ends empty."""
     await admin.create(JOBS, job("before"))
     await eventually(lambda: running(emu, "before", 1), "admitted before the outage")
 
-    outage.down = True
+    await down()
     errors = c.stats.errors
     await admin.create(JOBS, job("during"))
     cluster.finish_pods("default", "before")
     await eventually(lambda: workload(emu, "job-during") is not None, "its Workload is created")
     # the controller keeps trying (each sync fails at the ledger) and keeps running
-    await eventually(lambda: c.stats.errors >= errors + 3 and outage.refused >= 3, "failed syncs")
+    await eventually(lambda: c.stats.errors >= errors + 3, "failed syncs", timeout=30)
     assert not is_true(workload(emu, "job-during"), "QuotaReserved")
     assert not running(emu, "during", 1)
+    assert not is_true(workload(emu, "job-before"), "Finished")  # the ledger release comes first
     assert c._task is not None and not c._task.done()
+    if while_down is not None:
+        await while_down()
 
-    outage.down = False
-    await eventually(lambda: running(emu, "during", 1), "admitted after the outage", timeout=30)
-    await eventually(lambda: is_true(workload(emu, "job-before"), "Finished"), "finish recorded")
+    await up()
+    await eventually(lambda: running(emu, "during", 1), "admitted after the outage", timeout=60)
+    await eventually(lambda: is_true(workload(emu, "job-before"), "Finished"), "finish recorded", timeout=30)
+    if after_up is not None:
+        await after_up()
     cluster.finish_pods("default", "during")
     await eventually(lambda: is_true(workload(emu, "job-during"), "Finished"), "all finished")
     per = await admissions_per_workload(ledger)
@@ -62,3 +80,19 @@ async def test_database_outage_stops_admission_then_resumes_without_loss(
     state = await ledger.load_state()
     assert not state.admissions and all(v.is_zero() for v in state.usage.values())
     assert not cluster.errors
+
+
+async def test_database_outage_stops_admission_then_resumes_without_loss(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger
+) -> None:
+    outage = Outage(ledger)
+
+    async def down() -> None:
+        outage.down = True
+
+    async def up() -> None:
+        assert outage.refused >= 3  # the failures were the injected ones
+        outage.down = False
+
+    c = await harness.start()
+    await outage_scenario(emu, admin, cluster, ledger, c, down, up)

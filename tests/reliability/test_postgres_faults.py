@@ -9,14 +9,13 @@ from __future__ import annotations
 import pytest
 
 from queueing.config import Config
-from queueing.kube.client import JOBS, KubeClient
+from queueing.kube.client import KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
-from tests.controller.conftest import Harness, eventually, job
+from tests.controller.conftest import Harness
 from tests.controller.standins import StandIns
-from tests.controller.test_admission import is_true, running, workload
 from tests.controller.test_postgres import _admin, pg_ledger  # noqa: F401
-from tests.controller.test_reliability import admissions_per_workload
+from tests.reliability.test_database_faults import outage_scenario
 
 
 def _db(ledger: Ledger) -> str:
@@ -47,34 +46,9 @@ async def test_postgres_connections_killed_then_back(
     harness = Harness(emu, pg_ledger, Config())
     try:
         c = await harness.start()
-        await admin.create(JOBS, job("before"))
-        await eventually(lambda: running(emu, "before", 1), "admitted before the outage")
-
-        await take_down(pg_ledger)
-        try:
-            errors = c.stats.errors
-            await admin.create(JOBS, job("during"))
-            cluster.finish_pods("default", "before")
-            await eventually(lambda: workload(emu, "job-during") is not None, "its Workload is created")
-            # each sync fails at the ledger; the controller keeps running and retrying
-            await eventually(lambda: c.stats.errors >= errors + 3, "failed syncs", timeout=30)
-            assert not is_true(workload(emu, "job-during"), "QuotaReserved")
-            assert not running(emu, "during", 1)
-            assert not is_true(workload(emu, "job-before"), "Finished")  # the ledger release comes first
-            assert c._task is not None and not c._task.done()
-        finally:
-            await bring_up(pg_ledger)
-
-        await eventually(lambda: running(emu, "during", 1), "admitted after the outage", timeout=60)
-        await eventually(
-            lambda: is_true(workload(emu, "job-before"), "Finished"), "finish recorded", timeout=30
+        await outage_scenario(
+            emu, admin, cluster, pg_ledger, c, lambda: take_down(pg_ledger), lambda: bring_up(pg_ledger)
         )
-        cluster.finish_pods("default", "during")
-        await eventually(lambda: is_true(workload(emu, "job-during"), "Finished"), "all finished")
-        per = await admissions_per_workload(pg_ledger)
-        assert dict(per) == {"job-before": 1, "job-during": 1}
-        state = await pg_ledger.load_state()
-        assert not state.admissions and all(v.is_zero() for v in state.usage.values())
-        assert not cluster.errors
     finally:
+        await bring_up(pg_ledger)
         await harness.stop()

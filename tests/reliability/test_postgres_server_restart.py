@@ -13,7 +13,6 @@ Skipped only when PostgreSQL (``initdb``) is not installed."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Iterator
 
 import aiohttp
@@ -21,21 +20,15 @@ import pytest
 
 from queueing.config import Config
 from queueing.controller.process import ControllerProcess
-from queueing.kube.client import JOBS, KubeClient, api_client_for_url
+from queueing.kube.client import KubeClient, api_client_for_url
 from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
-from tests.controller.conftest import CONTROLLER_TOKEN, eventually, job
+from tests.controller.conftest import CONTROLLER_TOKEN, eventually
 from tests.controller.standins import StandIns
-from tests.controller.test_admission import is_true, running, workload
-from tests.controller.test_reliability import admissions_per_workload
+from tests.controller.test_process import free_port
 from tests.reliability.pg_cluster import PrivatePostgres
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.reliability.test_database_faults import outage_scenario
 
 
 @pytest.fixture
@@ -56,8 +49,8 @@ async def test_postgres_server_stopped_and_started_while_the_controller_runs(
     await upgrade_async(ledger.engine)
     config = Config(
         leader_election={"leader_elect": False},
-        metrics={"bind_address": f"127.0.0.1:{_free_port()}"},
-        health={"health_probe_bind_address": f"127.0.0.1:{_free_port()}"},
+        metrics={"bind_address": f"127.0.0.1:{free_port()}"},
+        health={"health_probe_bind_address": f"127.0.0.1:{free_port()}"},
     )
     api = api_client_for_url(emu.url, token=CONTROLLER_TOKEN)
     proc = ControllerProcess(KubeClient(api, timeout=5.0), ledger, config, identity="only")
@@ -66,39 +59,32 @@ async def test_postgres_server_stopped_and_started_while_the_controller_runs(
         await proc.start()
         assert proc.http is not None
         health = f"http://127.0.0.1:{proc.http.health_port}"
-        c = proc.controller
-        await admin.create(JOBS, job("before"))
-        await eventually(lambda: running(emu, "before", 1), "admitted before the outage")
-        assert await _probe(session, health + "/readyz") == (200, "ok\n")
+        ready = health + "/readyz"
 
-        await asyncio.to_thread(private_pg.stop)  # the server process exits
-        errors = c.stats.errors
-        await admin.create(JOBS, job("during"))
-        cluster.finish_pods("default", "before")
-        await eventually(lambda: workload(emu, "job-during") is not None, "its Workload is created")
-        # each sync fails at the ledger; the loop keeps running and retrying
-        await eventually(lambda: c.stats.errors >= errors + 3, "failed syncs", timeout=20)
-        assert not is_true(workload(emu, "job-during"), "QuotaReserved")
-        assert not running(emu, "during", 1)
-        assert not is_true(workload(emu, "job-before"), "Finished")  # the ledger release comes first
-        assert c._task is not None and not c._task.done()
-        assert proc.leading
-        status, text = await _probe(session, health + "/readyz")
-        assert status == 503 and "ledger: database unreachable" in text, text
-        print(f"\n/readyz while the server is down: {text.strip()}")
-        assert await _probe(session, health + "/healthz") == (200, "ok\n")  # alive: no restart wanted
+        async def while_down() -> None:
+            assert proc.leading
+            status, text = await _probe(session, ready)
+            assert status == 503 and "ledger: database unreachable" in text, text
+            print(f"\n/readyz while the server is down: {text.strip()}")
+            assert await _probe(session, health + "/healthz") == (200, "ok\n")  # alive: no restart wanted
 
-        await asyncio.to_thread(private_pg.start)
-        await eventually(lambda: running(emu, "during", 1), "admitted after the restart", timeout=20)
-        await eventually(lambda: is_true(workload(emu, "job-before"), "Finished"), "finish recorded")
-        assert await _probe(session, health + "/readyz") == (200, "ok\n")
-        cluster.finish_pods("default", "during")
-        await eventually(lambda: is_true(workload(emu, "job-during"), "Finished"), "all finished")
-        assert dict(await admissions_per_workload(ledger)) == {"job-before": 1, "job-during": 1}
-        state = await ledger.load_state()
-        assert not state.admissions and all(v.is_zero() for v in state.usage.values())
-        assert c.stats.admissions == 2
-        assert not cluster.errors
+        async def after_up() -> None:
+            assert await _probe(session, ready) == (200, "ok\n")
+
+        await eventually(lambda: proc.leading, "leads")
+        assert await _probe(session, ready) == (200, "ok\n")
+        await outage_scenario(
+            emu,
+            admin,
+            cluster,
+            ledger,
+            proc.controller,
+            lambda: asyncio.to_thread(private_pg.stop),  # the server process exits
+            lambda: asyncio.to_thread(private_pg.start),
+            while_down=while_down,
+            after_up=after_up,
+        )
+        assert proc.controller.stats.admissions == 2
     finally:
         await session.close()
         if proc.controller._started:
