@@ -178,6 +178,14 @@ class Assigner:
                     usage[k] = usage.get(k, _ZERO) + v * n
         return usage
 
+    @staticmethod
+    def charges_known(cq: ClusterQueueSpec, wl: WorkloadInfo) -> bool:
+        """Whether a plan charges exactly the expected usage (``regular_usage`` with devices): every
+        pod set's device charges are exact and the ClusterQueue covers no device capacity."""
+        if not all(ps.devices_exact for ps in wl.pod_sets):
+            return False
+        return not any(_is_capacity(r) for g in cq.resource_groups for r in g.covered_resources)
+
     def device_usage(
         self, cq: ClusterQueueSpec, res_flavor: Mapping[str, Mapping[str, str]], placement: Placement
     ) -> tuple[dict[FlavorResource, Fraction], str]:

@@ -334,18 +334,26 @@ def workload_priority(wl: Workload, ctx: ApiContext) -> int:
     return ctx.default_priority
 
 
-def _claim_devices(spec: ResourceClaimSpec) -> dict[str, Fraction]:
+def _claim_devices(spec: ResourceClaimSpec) -> tuple[dict[str, Fraction], bool]:
+    """Expected device charges of a claim, and whether a plan charges exactly these (every request
+    ``ExactCount`` of one DeviceClass, no adminAccess, no alternatives)."""
     out: dict[str, Fraction] = {}
+    exact = True
     for r in spec.devices.requests or []:
         if r.exactly is not None:
             e = r.exactly
             if (e.allocation_mode or "ExactCount") == "ExactCount" and not e.admin_access:
                 out[e.device_class_name] = out.get(e.device_class_name, Fraction(0)) + (e.count or 1)
+            else:
+                exact = False
         elif r.first_available:
             s = r.first_available[0]
+            exact = exact and len(r.first_available) == 1
             if (s.allocation_mode or "ExactCount") == "ExactCount":
                 out[s.device_class_name] = out.get(s.device_class_name, Fraction(0)) + (s.count or 1)
-    return out
+            else:
+                exact = False
+    return out, exact
 
 
 def _template_pod(ns: str, name: str, template: PodTemplateSpec) -> Pod:
@@ -368,16 +376,22 @@ def _pod_set_info(
         cls = extended[r]
         devices[cls] = devices.get(cls, Fraction(0)) + n
     refs = ps.claim_refs()
+    exact = True
     for c in refs:
         if c.resource_claim_template_name:
             t = ctx.templates.get(f"{ns}/{c.resource_claim_template_name}")
-            if t is not None:
-                for k, v in _claim_devices(t.spec.spec).items():
-                    devices[k] = devices.get(k, Fraction(0)) + v
+            if t is None:
+                exact = False
+                continue
+            got, ok = _claim_devices(t.spec.spec)
+            exact = exact and ok
+            for k, v in got.items():
+                devices[k] = devices.get(k, Fraction(0)) + v
         elif c.resource_claim_name and ps.count:
+            exact = False  # a shared claim is charged once, to the workload owning it
             claim = ctx.claims.get(f"{ns}/{c.resource_claim_name}")
             if claim is not None:
-                for k, v in _claim_devices(claim.spec).items():
+                for k, v in _claim_devices(claim.spec)[0].items():
                     devices[k] = devices.get(k, Fraction(0)) + v / ps.count
     spec = ps.template.spec
     info = PodSetInfo(
@@ -391,6 +405,7 @@ def _pod_set_info(
             Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
             for t in spec.tolerations or []
         ),
+        devices_exact=exact,
     )
     claims = tuple(
         ClaimRef(c.name, c.resource_claim_name, c.resource_claim_template_name)

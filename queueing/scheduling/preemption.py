@@ -29,7 +29,8 @@ victims that are not needed are put back (Kueue's fill-back).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
@@ -85,6 +86,8 @@ class _Ctx:
     assigner: Assigner
     placer: Placer[Any]
     expected: list[dict[FlavorResource, Fraction]]  # expected usage per combination
+    # the preemptor's charges when known without placing it (one combination, exact charges)
+    known_charges: dict[FlavorResource, Fraction] | None = None
     checks: int = 0
     memo: dict[tuple[frozenset[str], bool], Assignment | None] = field(default_factory=dict)
 
@@ -99,25 +102,39 @@ class _Ctx:
 
     def _fits(self, removed: Sequence[AdmittedWorkload], allow_borrow: bool) -> Assignment | None:
         self.checks += 1
-        tree = self.tree
-        # removing a sum at once equals removing its parts one by one
-        per_cq: dict[str, dict[FlavorResource, Fraction]] = {}
-        for a in removed:
-            acc = per_cq.setdefault(a.cluster_queue, {})
-            for fr, v in a.usage.items():
-                acc[fr] = acc.get(fr, _ZERO) + v
-        for name, u in per_cq.items():  # in place, undone below (add/remove are exact inverses)
-            tree.remove_usage(name, u)
-        try:
+        with self._without(removed):
             if not self.quota_may_fit(allow_borrow):
                 return None
             state = self.state
             for a in removed:
                 state = self.placer.remove(state, a.key)
             out = self.assigner.try_assign(
-                self.cq, self.wl, self.counts, tree, state, only=self.combos, allow_borrow=allow_borrow
+                self.cq, self.wl, self.counts, self.tree, state, only=self.combos, allow_borrow=allow_borrow
             )
             return out.assignment
+
+    def quota_fits(self, removed: Sequence[AdmittedWorkload], allow_borrow: bool) -> bool:
+        """The quota part of :meth:`fits` alone (a necessary condition; no placement)."""
+        memo_key = (frozenset(a.key for a in removed), allow_borrow)
+        if memo_key in self.memo:
+            return self.memo[memo_key] is not None
+        with self._without(removed):
+            return self.quota_may_fit(allow_borrow)
+
+    @contextmanager
+    def _without(self, removed: Sequence[AdmittedWorkload]) -> Iterator[None]:
+        """The quota tree with ``removed``'s usage taken out, in place; restored on exit (removing a
+        sum at once equals removing its parts one by one; add/remove are exact inverses)."""
+        tree = self.tree
+        per_cq: dict[str, dict[FlavorResource, Fraction]] = {}
+        for a in removed:
+            acc = per_cq.setdefault(a.cluster_queue, {})
+            for fr, v in a.usage.items():
+                acc[fr] = acc.get(fr, _ZERO) + v
+        for name, u in per_cq.items():
+            tree.remove_usage(name, u)
+        try:
+            yield
         finally:
             for name, u in per_cq.items():
                 tree.add_usage(name, u)
@@ -193,7 +210,8 @@ def plan_preemption(
         assigner.regular_usage(cq, wl, counts, assigner.flavor_map(cq, wl, c, groups)[0], with_devices=True)
         for c in combos
     ]
-    ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer, expected)
+    known = expected[0] if len(expected) == 1 and assigner.charges_known(cq, wl) else None
+    ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer, expected, known)
     names = _resources(wl)
     root = tree.root_of(cq.name)
     own: list[AdmittedWorkload] = []
@@ -377,8 +395,18 @@ def _fair_search(
     others = [a for a in others if a.cluster_queue in keep]
     if not others and not own:
         return None
-    if ctx.fits([*base, *own, *others], allow_borrow=True) is None:
-        return None
+    everyone = [*base, *own, *others]
+    # the preemptor's charges, for its share "with the workload admitted": known without placing
+    # when the plan charges exactly the expected usage; else from a placement with every candidate
+    # gone (which is also the necessary condition checked below)
+    req: dict[FlavorResource, Fraction]
+    if ctx.known_charges is not None:
+        req = dict(ctx.known_charges)
+    else:
+        probe = ctx.fits(everyone, allow_borrow=True)
+        if probe is None:
+            return None
+        req = dict(probe.usage)
     by_cq: dict[str, list[AdmittedWorkload]] = {}
     for a in [*own, *others]:
         by_cq.setdefault(a.cluster_queue, []).append(a)
@@ -388,14 +416,9 @@ def _fair_search(
     tree = ctx.tree.clone()
     for a in base:
         tree.remove_usage(a.cluster_queue, a.usage)
-    removed: list[AdmittedWorkload] = []
-    # the preemptor's request, for its share "with the workload admitted"
-    req: dict[FlavorResource, Fraction] = {}
-    probe = ctx.fits([*base, *own, *others], allow_borrow=True)
-    if probe is not None:
-        req = dict(probe.usage)
+    # the strategy decides from quota alone which victims it allows; placements only run for those
     mine0 = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
-    # a single sufficient victim that the strategy allows, best first
+    singles: list[AdmittedWorkload] = []  # single victims the strategy allows, best first
     for c in sorted([*own, *others], key=key):
         if c.cluster_queue != ctx.cq.name:
             before0 = dominant_resource_share(tree, cq_id(c.cluster_queue))
@@ -407,14 +430,13 @@ def _fair_search(
             ok0 = mine0 <= after0 if strategy == "LessThanOrEqualToFinalShare" else mine0 < before0.key()
             if not ok0:
                 continue
-        if ctx.fits([*base, c], allow_borrow=True) is not None:
-            return [c]
+        singles.append(c)
+    # the greedy order: from the ClusterQueue with the highest share while the strategy allows
+    greedy: list[AdmittedWorkload] = []
     while True:
-        if removed and ctx.fits([*base, *removed], allow_borrow=True) is not None:
-            break
         live = [c for c, lst in by_cq.items() if lst]
         if not live:
-            return None
+            break
 
         def share(c: str) -> tuple[int, Fraction]:
             return dominant_resource_share(tree, cq_id(c)).key()
@@ -423,7 +445,7 @@ def _fair_search(
         cand = by_cq[target].pop(0)
         if target == ctx.cq.name:
             tree.remove_usage(cand.cluster_queue, cand.usage)
-            removed.append(cand)
+            greedy.append(cand)
             continue
         before = dominant_resource_share(tree, cq_id(target))
         if not before.borrowing:
@@ -434,10 +456,33 @@ def _fair_search(
         after = dominant_resource_share(tree, cq_id(target)).key()
         ok = mine <= after if strategy == "LessThanOrEqualToFinalShare" else mine < before.key()
         if ok:
-            removed.append(cand)
+            greedy.append(cand)
         else:
             tree.add_usage(cand.cluster_queue, cand.usage)
             by_cq[target] = []
+    # quota first (cheap), then placements only where quota allows
+    singles = [c for c in singles if ctx.quota_fits([*base, c], allow_borrow=True)]
+    start = next(
+        (i for i in range(1, len(greedy) + 1) if ctx.quota_fits([*base, *greedy[:i]], allow_borrow=True)),
+        None,
+    )
+    if not singles and start is None:
+        return None
+    # cheap necessary condition: with every candidate gone it must fit
+    if ctx.fits(everyone, allow_borrow=True) is None:
+        return None
+    for c in singles:
+        if ctx.fits([*base, c], allow_borrow=True) is not None:
+            return [c]
+    # the shortest prefix of the greedy order that makes room
+    if start is None:
+        return None
+    for i in range(start, len(greedy) + 1):
+        if ctx.fits([*base, *greedy[:i]], allow_borrow=True) is not None:
+            removed = greedy[:i]
+            break
+    else:
+        return None
     # put back what is not needed, then prefer a single sufficient victim among those chosen
     for c in list(reversed(removed[:-1])):
         trial = [x for x in removed if x.key != c.key]

@@ -234,6 +234,9 @@ class PodSetInfo:
     per-pod device charges the workload's claims are expected to produce (DeviceClass name ->
     device count, ``<class>/<capacity>`` -> capacity); they choose the resource groups that apply
     and order the queue; the quota actually charged comes from the placer's plan.
+    ``devices_exact`` says that the plan charges exactly ``device_requests`` per pod (every claim an
+    ``ExactCount`` request of one DeviceClass per pod: no shared claims, no ``All`` mode, no
+    alternatives), apart from device capacity charges.
     """
 
     name: str
@@ -243,6 +246,7 @@ class PodSetInfo:
     min_count: int | None = None
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    devices_exact: bool = False
 
 
 @dataclass(frozen=True)
