@@ -32,7 +32,7 @@ object with each MutatingAdmissionPolicy that has a MutatingAdmissionPolicyBindi
   ApplyConfiguration is merged like a strategic merge patch for built-in kinds (lists of maps by
   their merge key, e.g. containers by name) and like a JSON merge patch for custom resources (lists
   replaced); a field whose value is ``null`` is left out. JSONPatch ops are RFC 6902
-  (``add remove replace move copy test``).
+  (``add remove replace move copy test``); ``jsonpatch.escapeKey(k)`` escapes a key for a path.
 * **failurePolicy** ``Fail`` (the default): an evaluation error rejects the request with 403 and
   ``policy '<p>' with binding '<b>' denied request: ...``; ``Ignore`` skips the policy.
 * **reinvocationPolicy** ``IfNeeded``: after every policy ran once, the IfNeeded policies run once more
@@ -75,11 +75,21 @@ BINDINGS_KEY = f"{GROUP}/mutatingadmissionpolicybindings"
 VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables")
 
 
+def _escape_key(key: str) -> str:
+    """``jsonpatch.escapeKey``: a map key as one JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
 def _new_env() -> Any:
+    S = cel.Type.STRING
+    escape = cel.FunctionDecl(
+        "jsonpatch.escapeKey", [cel.Overload("string_jsonpatch_escape_key", S, [S], impl=_escape_key)]
+    )
     return cel.NewEnv(
         None,
         variables={name: cel.Type.DYN for name in VARIABLES},
         extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings(), ext_optional.ExtOptional()],
+        functions=[escape],
     )
 
 

@@ -1,9 +1,10 @@
 """A stateful Kubernetes API server emulator (aiohttp) for tests and the demo.
 
 It speaks enough of the REST protocol for the real kubernetes-asyncio client and real ``kubectl``:
-discovery, OpenAPI v3 stubs, CRUD with merge / JSON / strategic-merge patches, status subresources,
-selectors, optimistic concurrency, finalizers, garbage collection, watches with bookmarks and 410 Gone,
-CRD schema validation, server-side Table output, fault injection and request counting. It plays
+discovery, OpenAPI v3 (with the CRD schemas, for ``kubectl explain``), CRUD with merge / JSON /
+strategic-merge patches, status subresources, selectors, optimistic concurrency, finalizers, garbage
+collection, watches with bookmarks and 410 Gone, CRD schema validation, MutatingAdmissionPolicies,
+Event expiry, server-side Table output, fault injection and request counting. It plays
 neither kubelet nor any controller: tests stand in for those.
 
 Usage::

@@ -182,7 +182,7 @@ def test_json_patch_with_variables_and_escaped_keys(store: Store) -> None:
             [
                 jsonpatch(
                     '[JSONPatch{op: "add", path: "/metadata/annotations", value: {}}, '
-                    'JSONPatch{op: "add", path: "/metadata/annotations/example.com~1team", value: variables.team}, '
+                    'JSONPatch{op: "add", path: "/metadata/annotations/" + jsonpatch.escapeKey("example.com/team"), value: variables.team}, '
                     'JSONPatch{op: "replace", path: "/spec/containers/0/image", '
                     'value: object.spec.containers[0].image + ":" + variables.tag}]'
                 )

@@ -671,7 +671,7 @@ async def test_field_validation_strict_warn_and_list_map_duplicates(kube: KubeCl
     ]
 
 
-async def test_admission_hook_stands_in_for_the_mutating_policy(kube: KubeClient, emu: Emulator) -> None:
+async def test_python_admission_hooks_mutate_like_a_webhook(kube: KubeClient, emu: Emulator) -> None:
     from queueing.testing.store import AdmissionRequest
 
     def suspend_queued_jobs(req: AdmissionRequest) -> dict[str, Any]:
