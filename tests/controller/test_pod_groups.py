@@ -160,3 +160,58 @@ async def test_preempted_pod_group_pods_deleted_claims_and_quota_released(
     await eventually(lambda: workload(emu, "pod-group-low") is None, "the group's Workload is deleted")
     assert not cluster.errors
     assert not emu.authorizer.denied  # type: ignore[union-attr]
+
+
+async def test_pod_group_eviction_survives_a_restart_while_a_pod_terminates(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger
+) -> None:
+    """One of the victim group's pods takes its time to terminate (a finalizer): the Workload stays, the
+    quota stays charged; the controller restarts meanwhile and resumes; once the pod is gone the
+    eviction is recorded once, the Workload goes and the preemptor lands on the freed devices."""
+    priority_classes(emu)
+    await harness.start()
+    await admin.create(JOBS, prio_job("mid", "mid", template="gpu-4"))
+    await eventually(lambda: running(emu, "mid", 1), "mid runs")
+    slow = group_pod("low-a", group="low", priority="low")
+    slow["metadata"]["finalizers"] = ["example.com/slow-shutdown"]
+    await admin.create(PODS, slow)
+    await admin.create(PODS, group_pod("low-b", group="low", priority="low"))
+    await eventually(lambda: group_running(emu, "low", 2), "the low pod group runs")
+    low_wl = workload(emu, "pod-group-low")
+    assert low_wl is not None
+    low_uid, low_devices = low_wl["metadata"]["uid"], plan_devices(low_wl)
+
+    await admin.create(JOBS, prio_job("high", "high", template="gpu-4"))
+    terminating = await eventually(
+        lambda: (
+            [p for p in group(emu, "low") if p["metadata"].get("deletionTimestamp")] == group(emu, "low")
+            and len(group(emu, "low")) == 1
+            and group(emu, "low")
+        ),
+        "low-b deleted, low-a terminating",
+    )
+    assert terminating[0]["metadata"]["name"] == "low-a"
+    wl = workload(emu, "pod-group-low")
+    assert wl is not None and "queueing.dra.io/eviction" in wl["metadata"]["finalizers"]
+    assert is_true(wl, "Evicted") and is_true(wl, "QuotaReserved")  # its pod still holds devices
+    assert low_uid in (await ledger.load_state()).admissions
+    assert not is_true(workload(emu, "job-high"), "Admitted")
+
+    await harness.stop()  # the controller goes away in the middle of the eviction
+    ctl = await harness.start()
+    assert low_uid in ctl.evicting  # resumed from the Workload's conditions and the ledger
+    pods = emu.store.resource("pods")
+    pod = emu.store.get(pods, "default", "low-a")
+    pod["metadata"]["finalizers"] = []
+    emu.store.update(pods, "default", "low-a", pod)  # the pod terminates now
+    high = await eventually(lambda: running(emu, "high", 1), "high runs after the resumed eviction")
+    assert high
+    high_wl = workload(emu, "job-high")
+    assert high_wl is not None and plan_devices(high_wl) == low_devices
+    await eventually(lambda: workload(emu, "pod-group-low") is None, "the group's Workload is deleted")
+    async with ledger.engine.connect() as c:
+        evictions = (await c.execute(select(m.Eviction))).all()
+    assert [(e.workload_uid, e.reason, e.freed_device_count) for e in evictions] == [
+        (low_uid, "Preempted", 4)
+    ]
+    assert not cluster.errors
