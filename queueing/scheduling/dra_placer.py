@@ -578,6 +578,8 @@ class DraPlacer:
                     break
             if fit >= n:
                 continue
+            if not free:
+                return f"pod set {ps.name}: {n} pods x {k} devices needed ({what}), no node to place them on"
             best, most = max(free, key=lambda x: (x[1] if x[1] is not None else k, -len(x[0])))
             have = most if most is not None else k
             return (

@@ -171,3 +171,14 @@ def test_the_unmutated_scenario_is_valid() -> None:
         f.write_text(BASE.read_text())
         assert run_cli(["simulate", "-f", str(f), "-o", "json"])[0] == 0
         assert run_cli(["allocate", "-f", str(f)])[0] == 0
+
+
+def test_simulate_without_nodes() -> None:
+    """Found by the fuzzer (the Node's apiVersion emptied: no Node at all): the pending Jobs' reason
+    was computed from the best node, and there was none (``max()`` of nothing)."""
+    text = "---\n".join(yaml.safe_dump(d) for d in DOCS if d["kind"] != "Node")
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "in.yaml"
+        f.write_text(text)
+        rc, err = run_cli(["simulate", "-f", str(f), "-o", "json"])
+    check_contract(rc, err, text)
