@@ -35,15 +35,22 @@ class DRS:
 
     @property
     def infinite(self) -> bool:
-        return self.weight == 0 and self.borrowing
+        return self.borrowing and not self.weight
 
     def key(self) -> tuple[int, Fraction]:
         """Sort key: (1, ratio) for infinite shares, else (0, weighted share)."""
-        if self.infinite:
-            return (1, self.ratio)
-        if self.ratio == 0:
-            return (0, _ZERO)
-        return (0, self.ratio / self.weight)
+        k = self.__dict__.get("_key")
+        if k is None:
+            if self.infinite:
+                k = (1, self.ratio)
+            elif not self.ratio:
+                k = (0, _ZERO)
+            elif self.weight == 1:
+                k = (0, self.ratio)
+            else:
+                k = (0, self.ratio / self.weight)
+            object.__setattr__(self, "_key", k)
+        return k
 
     def value(self) -> float:
         """The weighted share as a float (``inf`` for weight 0 while borrowing)."""
@@ -53,44 +60,31 @@ class DRS:
         return float(k)
 
 
-def _root(tree: QuotaTree, node_id: str) -> str:
-    n = tree.node(node_id)
-    while n.parent is not None:
-        n = n.parent
-    return n.id
-
-
 def dominant_resource_share(
     tree: QuotaTree, node_id: str, extra: Mapping[FlavorResource, Fraction] | None = None
 ) -> DRS:
     node = tree.node(node_id)
     if node.parent is None:
         return DRS(node.weight, _ZERO, False)
-    ext = {fr: to_units(v) for fr, v in (extra or {}).items()}
+    ext = {fr: to_units(v) for fr, v in extra.items()} if extra else {}
+    usage = node.usage
     borrowed: dict[str, int] = {}
     for fr, quota in node.subtree.items():
-        b = ext.get(fr, 0) + node.usage.get(fr, 0) - quota
+        b = ext.get(fr, 0) + usage.get(fr, 0) - quota
         if b > 0:
             borrowed[fr[1]] = borrowed.get(fr[1], 0) + b
     for fr, v in ext.items():  # requests in flavor-resources the node has no quota for
-        if fr not in node.subtree and v + node.usage.get(fr, 0) > 0:
-            borrowed[fr[1]] = borrowed.get(fr[1], 0) + v + node.usage.get(fr, 0)
+        if fr not in node.subtree and v + usage.get(fr, 0) > 0:
+            borrowed[fr[1]] = borrowed.get(fr[1], 0) + v + usage.get(fr, 0)
     if not borrowed:
         return DRS(node.weight, _ZERO, False)
-    root = tree.node(_root(tree, node_id))
-    lendable: dict[str, int] = {}
-    for fr in root.subtree:
-        if fr[1] in borrowed:
-            lendable[fr[1]] = lendable.get(fr[1], 0) + tree.potential_units(node.parent.id, fr)
-    ratio = _ZERO
-    dominant = ""
+    lendable = tree.lendable_units(node_id)
+    num, den, dominant = 0, 1, ""
     for r in sorted(borrowed):
         lr = lendable.get(r, 0)
-        if lr > 0:
-            q = Fraction(borrowed[r], lr)
-            if q > ratio:
-                ratio, dominant = q, r
-    return DRS(node.weight, ratio, True, dominant)
+        if lr > 0 and borrowed[r] * den > num * lr:  # borrowed/lendable above the best so far
+            num, den, dominant = borrowed[r], lr, r
+    return DRS(node.weight, Fraction(num, den) if num else _ZERO, True, dominant)
 
 
 def share_key(

@@ -432,31 +432,41 @@ def _fair_search(
                 continue
         singles.append(c)
     # the greedy order: from the ClusterQueue with the highest share while the strategy allows
+    # (a ClusterQueue's share changes only with its own usage: cached, dropped when it changes)
+    shares: dict[str, tuple[int, Fraction]] = {}
+
+    def share(c: str) -> tuple[int, Fraction]:
+        got = shares.get(c)
+        if got is None:
+            got = shares[c] = dominant_resource_share(tree, cq_id(c)).key()
+        return got
+
+    mine_key: tuple[int, Fraction] | None = None
     greedy: list[AdmittedWorkload] = []
     while True:
         live = [c for c, lst in by_cq.items() if lst]
         if not live:
             break
-
-        def share(c: str) -> tuple[int, Fraction]:
-            return dominant_resource_share(tree, cq_id(c)).key()
-
         target = max(live, key=lambda c: (share(c), c))
         cand = by_cq[target].pop(0)
         if target == ctx.cq.name:
             tree.remove_usage(cand.cluster_queue, cand.usage)
+            shares.pop(target, None)
+            mine_key = None
             greedy.append(cand)
             continue
         before = dominant_resource_share(tree, cq_id(target))
         if not before.borrowing:
             by_cq[target] = []
             continue
-        mine = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
+        if mine_key is None:
+            mine_key = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
         tree.remove_usage(cand.cluster_queue, cand.usage)
         after = dominant_resource_share(tree, cq_id(target)).key()
-        ok = mine <= after if strategy == "LessThanOrEqualToFinalShare" else mine < before.key()
+        ok = mine_key <= after if strategy == "LessThanOrEqualToFinalShare" else mine_key < before.key()
         if ok:
             greedy.append(cand)
+            shares[target] = after
         else:
             tree.add_usage(cand.cluster_queue, cand.usage)
             by_cq[target] = []

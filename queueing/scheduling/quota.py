@@ -169,6 +169,8 @@ class QuotaTree:
                 n.children = []
         for root in [n for n in self.nodes.values() if n.parent is None]:
             self._accumulate(root)
+        # per node: resource -> what it could borrow at most (depends on quotas only)
+        self._lendable: dict[str, dict[str, int]] = {}
 
     # ---- construction helpers ------------------------------------------------------------------
     @staticmethod
@@ -199,6 +201,7 @@ class QuotaTree:
     def clone(self) -> QuotaTree:
         new = QuotaTree.__new__(QuotaTree)
         new.disabled = self.disabled
+        new._lendable = self._lendable  # quotas and structure are shared
         new.nodes = {}
         for nid, n in self.nodes.items():
             c = _Node.__new__(_Node)
@@ -288,6 +291,22 @@ class QuotaTree:
         bl = n.bl.get(fr)
         if bl is not None:
             got = min(n.subtree.get(fr, 0) + bl, got)
+        return got
+
+    def lendable_units(self, node_id: str) -> dict[str, int]:
+        """Per resource, the sum over the tree's flavors of what the node's parent could give it at
+        most (``potential_available``; the denominator of the dominant resource share)."""
+        got = self._lendable.get(node_id)
+        if got is None:
+            n = self.nodes[node_id]
+            got = {}
+            if n.parent is not None:
+                root = n
+                while root.parent is not None:
+                    root = root.parent
+                for fr in root.subtree:
+                    got[fr[1]] = got.get(fr[1], 0) + self._potential(n.parent, fr)
+            self._lendable[node_id] = got
         return got
 
     def is_borrowing(self, node_id: str, frs: Iterable[FlavorResource] | None = None) -> bool:
