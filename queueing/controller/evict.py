@@ -9,7 +9,8 @@ the middle resumes it:
    preemptor) while ``QuotaReserved`` stays True: the ledger still holds the admission, because the
    victim's pods still hold the devices. The controller keeps the victim in its snapshot flagged
    ``evicting`` so the scheduling core counts it as going away and never picks it again.
-2. **draining** — its Job is suspended (pod groups: the pods are deleted); the controller waits until
+2. **draining** — its Job is suspended, a partial admission's parallelism restored (pod groups: the
+   Workload gets :data:`EVICTION_FINALIZER`, then the pods are deleted); the controller waits until
    no pod of it is left and none of its planned devices is allocated in a ResourceClaim (per-pod
    claims are deleted with their pods; a shared claim's allocation, written by the controller, is
    cleared by the controller once no running pod reserves it).
