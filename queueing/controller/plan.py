@@ -19,6 +19,7 @@ from queueing.api.v1beta1 import (
 )
 from queueing.ledger.state import AdmissionRequest, Charge, PlannedDevice, PodPlan
 from queueing.scheduling.cycle import Admission as CycleAdmission
+from queueing.scheduling.jobs import ORIGINAL_PARALLELISM_ANNOTATION
 
 __all__ = [
     "GATE_ADMISSION",
@@ -48,8 +49,6 @@ QUEUE_LABEL = "queueing.dra.io/queue-name"
 WORKLOAD_UID_LABEL = "queueing.dra.io/workload-uid"  # on the pod template of an admitted Job
 POD_SET_LABEL = "queueing.dra.io/pod-set"  # the pod set of the Workload the pod belongs to
 PLACEMENT_INDEX_ANNOTATION = "queueing.dra.io/placement-index"  # which planned pod a pod is
-# on a Job admitted partially (lower parallelism): its own parallelism, restored when it is suspended
-ORIGINAL_PARALLELISM_ANNOTATION = "queueing.dra.io/original-parallelism"
 GATE_PLACEMENT = "queueing.dra.io/placement"
 GATE_ADMISSION = "queueing.dra.io/admission"
 POD_GROUP_LABEL = "queueing.dra.io/pod-group"

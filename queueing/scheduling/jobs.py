@@ -10,7 +10,9 @@
   ``spec.resourceClaims``;
 * ``minCount`` (partial admission) from the annotation ``queueing.dra.io/min-parallelism``: an
   integer from 1 to ``count``; when admitted with fewer pods the controller lowers the Job's
-  parallelism to the admitted count;
+  parallelism to the admitted count and keeps the Job's own in the annotation
+  ``queueing.dra.io/original-parallelism``, which ``count`` then comes from (a Workload recreated
+  for a partially admitted Job asks for the full parallelism again);
 * priority from the label ``queueing.dra.io/priority-class``: a WorkloadPriorityClass of that name,
   else a PriorityClass; else the template's ``priorityClassName`` (a PriorityClass); else 0.
 
@@ -35,6 +37,7 @@ from queueing.api.v1beta1 import API_VERSION, PodSet, PriorityClassRef, Workload
 
 __all__ = [
     "MIN_PARALLELISM_ANNOTATION",
+    "ORIGINAL_PARALLELISM_ANNOTATION",
     "POD_GROUP_LABEL",
     "POD_GROUP_TOTAL_COUNT_ANNOTATION",
     "PRIORITY_CLASS_LABEL",
@@ -49,6 +52,8 @@ __all__ = [
 QUEUE_NAME_LABEL = "queueing.dra.io/queue-name"
 PRIORITY_CLASS_LABEL = "queueing.dra.io/priority-class"
 MIN_PARALLELISM_ANNOTATION = "queueing.dra.io/min-parallelism"
+# on a Job admitted partially (lower parallelism): its own parallelism, restored when it is suspended
+ORIGINAL_PARALLELISM_ANNOTATION = "queueing.dra.io/original-parallelism"
 POD_GROUP_LABEL = "queueing.dra.io/pod-group"
 POD_GROUP_TOTAL_COUNT_ANNOTATION = "queueing.dra.io/pod-group-total-count"
 
@@ -105,6 +110,9 @@ def workload_for_job(
     if not queue:
         return None
     count = job.spec.parallelism if job.spec.parallelism is not None else 1
+    original = job.annotations.get(ORIGINAL_PARALLELISM_ANNOTATION, "")
+    if original.isdigit():
+        count = int(original)
     if count < 0:
         raise WorkloadError(f"{ref}: spec.parallelism: must be >= 0, got {count}")
     if job.spec.completions is not None and 0 <= job.spec.completions < count:

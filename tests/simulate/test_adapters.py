@@ -99,6 +99,24 @@ def test_workload_for_job() -> None:
     assert wl2 is not None and wl2.spec.priority == 7 and wl2.spec.pod_sets[0].count == 3
 
 
+def test_workload_for_a_partially_admitted_job_asks_for_its_own_parallelism() -> None:
+    """The controller lowered parallelism 4 to 2 and kept 4 in an annotation: a Workload built from
+    the Job again (e.g. after the old one was deleted) asks for 4 pods, with the same minimum."""
+    job = Job.model_validate(
+        job_doc(
+            annotations={
+                "queueing.dra.io/min-parallelism": "2",
+                "queueing.dra.io/original-parallelism": "4",
+            }
+        )
+    )
+    job.spec.parallelism = 2
+    wl = workload_for_job(job)
+    assert wl is not None
+    (ps,) = wl.spec.pod_sets
+    assert (ps.count, ps.min_count) == (4, 2)
+
+
 def test_workload_for_job_errors_and_unqueued() -> None:
     assert workload_for_job(Job.model_validate(job_doc(labels={}))) is None
     bad = Job.model_validate(job_doc(annotations={"queueing.dra.io/min-parallelism": "9"}))
