@@ -21,9 +21,11 @@ from fractions import Fraction
 from queueing.scheduling.quota import QuotaTree, cq_id, to_units
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, CohortSpec, FlavorResource
 
-__all__ = ["DRS", "dominant_resource_share", "share_key", "weighted_shares"]
+__all__ = ["DRS", "ZERO_SHARE", "ShareKey", "dominant_resource_share", "share_key", "weighted_shares"]
 
 _ZERO = Fraction(0)
+ShareKey = tuple[int, float, Fraction]
+ZERO_SHARE: ShareKey = (0, 0.0, _ZERO)
 
 
 @dataclass(frozen=True)
@@ -37,18 +39,19 @@ class DRS:
     def infinite(self) -> bool:
         return self.borrowing and not self.weight
 
-    def key(self) -> tuple[int, Fraction]:
-        """Sort key: (1, ratio) for infinite shares, else (0, weighted share)."""
+    def key(self) -> ShareKey:
+        """Sort key: ``(1, ...)`` for infinite shares, else ``(0, ...)``, then the weighted share as a
+        float (compared first, at C speed: correctly rounded division is monotone, so unequal floats
+        order like the exact values) and exact (deciding between equal floats)."""
         k = self.__dict__.get("_key")
         if k is None:
             if self.infinite:
-                k = (1, self.ratio)
+                k = (1, float(self.ratio), self.ratio)
             elif not self.ratio:
-                k = (0, _ZERO)
-            elif self.weight == 1:
-                k = (0, self.ratio)
+                k = ZERO_SHARE
             else:
-                k = (0, self.ratio / self.weight)
+                v = self.ratio if self.weight == 1 else self.ratio / self.weight
+                k = (0, float(v), v)
             object.__setattr__(self, "_key", k)
         return k
 
@@ -56,8 +59,7 @@ class DRS:
         """The weighted share as a float (``inf`` for weight 0 while borrowing)."""
         if self.infinite:
             return float("inf")
-        k = self.key()[1]
-        return float(k)
+        return self.key()[1]
 
 
 def dominant_resource_share(
@@ -87,16 +89,14 @@ def dominant_resource_share(
     return DRS(node.weight, Fraction(num, den) if num else _ZERO, True, dominant)
 
 
-def share_key(
-    tree: QuotaTree, cq: str, extra: Mapping[FlavorResource, Fraction]
-) -> tuple[tuple[int, Fraction], ...]:
+def share_key(tree: QuotaTree, cq: str, extra: Mapping[FlavorResource, Fraction]) -> tuple[ShareKey, ...]:
     """The tournament key of admitting ``extra`` to ``cq``: the DRS of every node on the path from
     the root's children down to the ClusterQueue, each with the request added. Comparing keys
     lexicographically picks, at every cohort level, the child with the lowest share (Kueue's
     hierarchical fair-sharing tournament)."""
     path = tree.path(cq)
     if len(path) == 1:  # no cohort: nothing to share, like a member that does not borrow
-        return ((0, _ZERO),)
+        return (ZERO_SHARE,)
     return tuple(dominant_resource_share(tree, nid, extra).key() for nid in path[1:])
 
 

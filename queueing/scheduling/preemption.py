@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from queueing.scheduling.assign import Assigner, Assignment, Combo
 from queueing.scheduling.config import SchedulingConfig
-from queueing.scheduling.fairshare import dominant_resource_share
+from queueing.scheduling.fairshare import ShareKey, dominant_resource_share
 from queueing.scheduling.placer import Placer
 from queueing.scheduling.quota import QuotaTree, cq_id, to_units
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, FlavorResource, WorkloadInfo
@@ -360,6 +360,85 @@ def _search(
     return removed
 
 
+def _strategy_order(
+    ctx: _Ctx,
+    own: Sequence[AdmittedWorkload],
+    others: Sequence[AdmittedWorkload],
+    req: Mapping[FlavorResource, Fraction],
+    strategy: str,
+    key: Callable[[AdmittedWorkload], tuple[int, int, int, float, str]],
+) -> tuple[list[AdmittedWorkload], list[AdmittedWorkload]]:
+    """Which victims the fair-sharing strategy allows, from quota alone (no placement): the single
+    victims it allows (best first) and the greedy order (from the ClusterQueue with the highest
+    share first, while the strategy allows). Works on ``ctx.tree`` in place and restores it."""
+    by_cq: dict[str, list[AdmittedWorkload]] = {}
+    for a in [*own, *others]:
+        by_cq.setdefault(a.cluster_queue, []).append(a)
+    for lst in by_cq.values():
+        lst.sort(key=key)
+    tree = ctx.tree
+    undo: list[AdmittedWorkload] = []  # removed from ``tree`` below; added back at the end
+    # the strategy decides from quota alone which victims it allows; placements only run for those
+    mine0 = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
+    singles: list[AdmittedWorkload] = []  # single victims the strategy allows, best first
+    for c in sorted([*own, *others], key=key):
+        if c.cluster_queue != ctx.cq.name:
+            before0 = dominant_resource_share(tree, cq_id(c.cluster_queue))
+            if not before0.borrowing:
+                continue
+            tree.remove_usage(c.cluster_queue, c.usage)
+            after0 = dominant_resource_share(tree, cq_id(c.cluster_queue)).key()
+            tree.add_usage(c.cluster_queue, c.usage)
+            ok0 = mine0 <= after0 if strategy == "LessThanOrEqualToFinalShare" else mine0 < before0.key()
+            if not ok0:
+                continue
+        singles.append(c)
+    # the greedy order: from the ClusterQueue with the highest share while the strategy allows
+    # (a ClusterQueue's share changes only with its own usage: cached, dropped when it changes)
+    shares: dict[str, ShareKey] = {}
+
+    def share(c: str) -> ShareKey:
+        got = shares.get(c)
+        if got is None:
+            got = shares[c] = dominant_resource_share(tree, cq_id(c)).key()
+        return got
+
+    mine_key: ShareKey | None = None
+    greedy: list[AdmittedWorkload] = []
+    while True:
+        live = [c for c, lst in by_cq.items() if lst]
+        if not live:
+            break
+        target = max(live, key=lambda c: (share(c), c))
+        cand = by_cq[target].pop(0)
+        if target == ctx.cq.name:
+            tree.remove_usage(cand.cluster_queue, cand.usage)
+            undo.append(cand)
+            shares.pop(target, None)
+            mine_key = None
+            greedy.append(cand)
+            continue
+        before = dominant_resource_share(tree, cq_id(target))
+        if not before.borrowing:
+            by_cq[target] = []
+            continue
+        if mine_key is None:
+            mine_key = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
+        tree.remove_usage(cand.cluster_queue, cand.usage)
+        after = dominant_resource_share(tree, cq_id(target)).key()
+        ok = mine_key <= after if strategy == "LessThanOrEqualToFinalShare" else mine_key < before.key()
+        if ok:
+            undo.append(cand)
+            greedy.append(cand)
+            shares[target] = after
+        else:
+            tree.add_usage(cand.cluster_queue, cand.usage)
+            by_cq[target] = []
+    for a in reversed(undo):
+        tree.add_usage(a.cluster_queue, a.usage)
+    return singles, greedy
+
+
 def _fair_search(
     ctx: _Ctx,
     base: Sequence[AdmittedWorkload],
@@ -407,69 +486,9 @@ def _fair_search(
         if probe is None:
             return None
         req = dict(probe.usage)
-    by_cq: dict[str, list[AdmittedWorkload]] = {}
-    for a in [*own, *others]:
-        by_cq.setdefault(a.cluster_queue, []).append(a)
     key = _order(ctx.cq.name)
-    for lst in by_cq.values():
-        lst.sort(key=key)
-    tree = ctx.tree.clone()
-    for a in base:
-        tree.remove_usage(a.cluster_queue, a.usage)
-    # the strategy decides from quota alone which victims it allows; placements only run for those
-    mine0 = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
-    singles: list[AdmittedWorkload] = []  # single victims the strategy allows, best first
-    for c in sorted([*own, *others], key=key):
-        if c.cluster_queue != ctx.cq.name:
-            before0 = dominant_resource_share(tree, cq_id(c.cluster_queue))
-            if not before0.borrowing:
-                continue
-            tree.remove_usage(c.cluster_queue, c.usage)
-            after0 = dominant_resource_share(tree, cq_id(c.cluster_queue)).key()
-            tree.add_usage(c.cluster_queue, c.usage)
-            ok0 = mine0 <= after0 if strategy == "LessThanOrEqualToFinalShare" else mine0 < before0.key()
-            if not ok0:
-                continue
-        singles.append(c)
-    # the greedy order: from the ClusterQueue with the highest share while the strategy allows
-    # (a ClusterQueue's share changes only with its own usage: cached, dropped when it changes)
-    shares: dict[str, tuple[int, Fraction]] = {}
-
-    def share(c: str) -> tuple[int, Fraction]:
-        got = shares.get(c)
-        if got is None:
-            got = shares[c] = dominant_resource_share(tree, cq_id(c)).key()
-        return got
-
-    mine_key: tuple[int, Fraction] | None = None
-    greedy: list[AdmittedWorkload] = []
-    while True:
-        live = [c for c, lst in by_cq.items() if lst]
-        if not live:
-            break
-        target = max(live, key=lambda c: (share(c), c))
-        cand = by_cq[target].pop(0)
-        if target == ctx.cq.name:
-            tree.remove_usage(cand.cluster_queue, cand.usage)
-            shares.pop(target, None)
-            mine_key = None
-            greedy.append(cand)
-            continue
-        before = dominant_resource_share(tree, cq_id(target))
-        if not before.borrowing:
-            by_cq[target] = []
-            continue
-        if mine_key is None:
-            mine_key = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
-        tree.remove_usage(cand.cluster_queue, cand.usage)
-        after = dominant_resource_share(tree, cq_id(target)).key()
-        ok = mine_key <= after if strategy == "LessThanOrEqualToFinalShare" else mine_key < before.key()
-        if ok:
-            greedy.append(cand)
-            shares[target] = after
-        else:
-            tree.add_usage(cand.cluster_queue, cand.usage)
-            by_cq[target] = []
+    with ctx._without(base):
+        singles, greedy = _strategy_order(ctx, own, others, req, strategy, key)
     # quota first (cheap), then placements only where quota allows
     singles = [c for c in singles if ctx.quota_fits([*base, c], allow_borrow=True)]
     start = next(

@@ -135,7 +135,7 @@ def test_dominant_resource_share_and_weights() -> None:
     # borrowed 4 of a lendable pool of 16
     assert (d.ratio, d.borrowing, d.dominant) == (F(1, 4), True, "gpu")
     assert d.value() == 0.25
-    assert dominant_resource_share(t, cq_id("b")).key() == (0, 0)
+    assert dominant_resource_share(t, cq_id("b")).key() == (0, 0.0, 0)
     # with a request: b borrowing 2
     assert dominant_resource_share(t, cq_id("b"), {FR: F(6)}).ratio == F(2, 16)
     t2 = QuotaTree(
