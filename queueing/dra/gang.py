@@ -199,6 +199,7 @@ class ClusterState:
         self.claims: dict[str, ResourceClaim] = {c.key: c for c in claims}
         self.templates: dict[str, ResourceClaimTemplate] = {t.key: t for t in templates}
         self.usage: Usage = self.inventory.usage([c for c in self.claims.values() if c.status.allocation])
+        self.inventory.index_free(self.usage, self.nodes)  # blocks of nodes by free devices
         # node allocatable of every resource (None: the node publishes none; then cpu/memory/pods are
         # not checked, but extended resources count as 0)
         self.allocatable: list[dict[str, Fraction] | None] = []
@@ -663,24 +664,42 @@ class _Gang:
         start = floor if k > 0 and self.plans[k - 1].shape == plan.shape else 0
         need = plan.need
         nodes = self.state.nodes
+        end = len(nodes)
         free_on = self.state.inventory.free_on
         usage = self.state.usage
-        for i in range(start, len(nodes)):
+        # blocks of nodes whose free devices sum to less than ``need`` (``Usage.block_free``):
+        # every node of such a block is skipped below anyway
+        blocks = usage.block_free if need and usage.node_block is not None else None
+        shift = usage.block_shift
+        mask = (1 << shift) - 1
+        i = start
+        while i < end:
+            if blocks is not None and (i == start or not i & mask) and blocks[i >> shift] < need:
+                j = min(((i >> shift) + 1) << shift, end)
+                self._skip(j - i)
+                i = j
+                continue
             if need:
                 # a node with fewer free devices than the pod's own claims need fails in ``_try``
                 # anyway (at the allocator's count check); skip it, counted as a check all the same
                 free = free_on(nodes[i], usage)
                 if free is not None and free < need:
-                    self.checks += 1
-                    if self.checks > self.budget:
-                        raise _BoundHit()
+                    self._skip(1)
+                    i += 1
                     continue
-            if not self._try(plan, i):
-                continue
-            if self.search(k + 1, i):
-                return True
-            self._undo()
+            if self._try(plan, i):
+                if self.search(k + 1, i):
+                    return True
+                self._undo()
+            i += 1
         return False
+
+    def _skip(self, n: int) -> None:
+        """Count ``n`` nodes skipped without a try as node checks, one by one as far as the bound."""
+        if self.checks + n > self.budget:
+            self.checks = self.budget + 1  # where counting them one by one stops
+            raise _BoundHit()
+        self.checks += n
 
     # ---- explanation ------------------------------------------------------------------------
     def explain(self, bound_hit: bool) -> GangExplanation:

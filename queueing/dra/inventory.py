@@ -47,6 +47,8 @@ __all__ = [
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
 CounterKey = tuple[str, str, str, str]  # (driver, pool, counter set, counter)
 AttrValue = tuple[str, bool | int | str]  # (kind, value): int 1 and string "1" differ
+FREE_BLOCK_SHIFT = 5  # blocks of 32 nodes in the free-device index (``Usage.block_free``)
+_NEVER_SHORT = 1 << 62  # ``block_free`` of a block with a node that is not simple: never skipped
 
 
 def attribute_key(name: str, driver: str) -> str:
@@ -146,10 +148,25 @@ class Usage:
     # node name -> taken (exclusive) node-local devices, kept in step by take/give_back, so that
     # ``Inventory.free_on`` counts a node's free devices without walking them
     node_taken: dict[str, int] = field(default_factory=dict)
+    # an index of free devices over nodes in a fixed order (``Inventory.index_free``): the nodes
+    # are cut into blocks of ``1 << block_shift`` consecutive ones; ``block_free[b]`` is the sum of
+    # ``Inventory.free_on`` over block b when every node of it is simple (every device node-local,
+    # none allowing multiple allocations), a value no need reaches otherwise. ``node_block`` maps
+    # the nodes of the former blocks to their block; take/give_back keep the sums in step, so a
+    # search may skip a block whose sum is below what a pod needs.
+    node_block: dict[str, int] | None = None
+    block_free: list[int] = field(default_factory=list)
+    block_shift: int = 0
 
     def copy(self) -> Usage:
         return Usage(
-            dict(self.devices), dict(self.counters), dict(self.capacity), node_taken=dict(self.node_taken)
+            dict(self.devices),
+            dict(self.counters),
+            dict(self.capacity),
+            node_taken=dict(self.node_taken),
+            node_block=self.node_block,  # never changed once built: shared
+            block_free=list(self.block_free),
+            block_shift=self.block_shift,
         )
 
     def is_taken(self, key: DeviceKey) -> bool:
@@ -165,6 +182,10 @@ class Usage:
             self.devices[key] = n + 1
             if not n and dev.node_name is not None and not dev.all_nodes:
                 self.node_taken[dev.node_name] = self.node_taken.get(dev.node_name, 0) + 1
+                if self.node_block is not None:
+                    b = self.node_block.get(dev.node_name)
+                    if b is not None:
+                        self.block_free[b] -= 1
         for ck, amount in pick.counters:
             self.counters[ck] = self.counters.get(ck, Fraction(0)) + amount
         for name, amount in pick.capacity:
@@ -185,6 +206,10 @@ class Usage:
                 self.devices[key] = n
             elif self.devices.pop(key, None) is not None and dev.node_name is not None and not dev.all_nodes:
                 self.node_taken[dev.node_name] -= 1
+                if self.node_block is not None:
+                    b = self.node_block.get(dev.node_name)
+                    if b is not None:
+                        self.block_free[b] += 1
         for ck, amount in pick.counters:
             left = self.counters.get(ck, Fraction(0)) - amount
             if left:
@@ -364,9 +389,10 @@ class Inventory:
         self._node_cache[cache_key] = result
         return result
 
-    def free_on(self, node: Node | None, usage: Usage) -> int | None:
-        """How many devices usable from ``node`` are not taken in ``usage``; None when the node
-        reaches a device that allows multiple allocations (no bound from counting)."""
+    def _node_stats(self, node: Node | None) -> tuple[bool, bool, int]:
+        """(reaches a multi-allocation device, simple, devices usable from the node): simple when
+        every device is node-local to this node and published once (then the node's taken devices
+        are ``Usage.node_taken``)."""
         name = node.name if node is not None else ""
         stats = self._free_stats.get(name)
         if stats is None:
@@ -380,13 +406,42 @@ class Inventory:
             )
             stats = (any(d.multi for d in devs), simple, len(devs))
             self._free_stats[name] = stats
-        multi, simple, total = stats
+        return stats
+
+    def free_on(self, node: Node | None, usage: Usage) -> int | None:
+        """How many devices usable from ``node`` are not taken in ``usage``; None when the node
+        reaches a device that allows multiple allocations (no bound from counting)."""
+        name = node.name if node is not None else ""
+        multi, simple, total = self._node_stats(node)
         if multi:
             return None
         if simple:
             # every device is node-local to this node, published once: the taken ones are counted
             return total - usage.node_taken.get(name, 0)
         return sum(1 for d in self.devices_on(node) if not usage.is_taken(d.key))
+
+    def index_free(self, usage: Usage, nodes: Sequence[Node], block_shift: int = FREE_BLOCK_SHIFT) -> None:
+        """Build ``usage``'s free-device index over ``nodes`` in this order (see ``Usage``): block b
+        holds ``nodes[b << block_shift:(b + 1) << block_shift]``. Rebuild it after changing which
+        nodes there are; take/give_back keep it in step."""
+        size = 1 << block_shift
+        node_block: dict[str, int] = {}
+        block_free: list[int] = []
+        unique = len({n.name for n in nodes}) == len(nodes)  # a name twice: one count, two places
+        for b, lo in enumerate(range(0, len(nodes), size)):
+            members = nodes[lo : lo + size]
+            stats = [self._node_stats(n) for n in members]
+            if unique and all(simple and not multi for multi, simple, _ in stats):
+                taken = usage.node_taken
+                block_free.append(
+                    sum(s[2] - taken.get(n.name, 0) for n, s in zip(members, stats, strict=True))
+                )
+                node_block.update((n.name, b) for n in members)
+            else:
+                block_free.append(_NEVER_SHORT)
+        usage.node_block = node_block
+        usage.block_free = block_free
+        usage.block_shift = block_shift
 
     def node_names(self) -> list[str]:
         """Every node name a slice or device names."""

@@ -248,6 +248,33 @@ def _derived(state: DraState, holds: Mapping[str, tuple[DraPlan, ...]], key: str
 
 
 # ------------------------------------------------------------------------------------ the placer
+@dataclass(slots=True)
+class _FreeCounts:
+    """The placer's necessary-condition check: an upper bound of free exclusive devices per node
+    (devices blocked only by shared counters count as free, devices reachable from several nodes
+    count on each, a plan held twice takes its devices twice): an over-estimate, never less. Nodes
+    that reach a device allowing multiple allocations are unbounded. Kept per node name and as a
+    histogram (free devices -> nodes), so a check costs the number of distinct values."""
+
+    names: list[str]  # every node, cluster order
+    caps: dict[str, tuple[int, int]] = field(default_factory=dict)  # bounded: devices, nodes named so
+    by_name: dict[str, int] = field(default_factory=dict)  # bounded: free devices
+    hist: dict[int, int] = field(default_factory=dict)  # free devices -> bounded nodes with as many
+    unbounded: int = 0
+
+    def update(self, name: str, taken: int) -> None:
+        slot = self.caps.get(name)
+        if slot is None:
+            return
+        cap, mult = slot
+        v = cap - taken if taken < cap else 0
+        old = self.by_name[name]
+        if v != old:
+            self.by_name[name] = v
+            self.hist[old] -= mult
+            self.hist[v] = self.hist.get(v, 0) + mult
+
+
 def _core_toleration(t: Toleration) -> CoreToleration:
     return CoreToleration(
         key=t.key or None, operator=t.operator, value=t.value or None, effect=t.effect or None
@@ -292,13 +319,12 @@ class DraPlacer:
             OrderedDict()
         )
         self._resolved: dict[RecordedPlan, DraPlan] = {}
-        self._free_cache: list[tuple[str, int | None]] | None = None
         self._taken_by_node: dict[str, int] = {}
         for key, cnt in self.cluster.usage.devices.items():
             dev = self.cluster.inventory.devices.get(key)
             if cnt > 0 and dev is not None and dev.node_name is not None:
                 self._taken_by_node[dev.node_name] = self._taken_by_node.get(dev.node_name, 0) + 1
-        self._node_caps: list[tuple[str, int | None]] | None = None
+        self._free: _FreeCounts | None = None  # built on first use, then kept in step
         self._totals: dict[
             int, tuple[DraPlan, list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]]
         ] = {}
@@ -487,31 +513,36 @@ class DraPlacer:
         return {k for k, n in self.cluster.usage.devices.items() if n > 0}
 
     # ---- a cheap necessary condition before the search ----------------------------------------
-    def _free_per_node(self) -> list[tuple[str, int | None]]:
-        """Upper bound of free exclusive devices per node (None: unbounded, the node reaches a
-        device that allows multiple allocations). Devices blocked only by shared counters count as
-        free, devices reachable from several nodes count on each: an over-estimate, never less."""
-        if self._free_cache is None:
+    def _free_counts(self) -> _FreeCounts:
+        """Upper bound of free exclusive devices per node, kept in step by ``_count_taken``."""
+        if self._free is None:
             cs = self.cluster
-            if self._node_caps is None:
-                totals: list[tuple[str, int | None]] = []
-                for n in cs.nodes:
-                    devs = cs.inventory.devices_on(n)
-                    multi = any(d.multi for d in devs)
-                    totals.append((n.name, None if multi else len(devs)))
-                self._node_caps = totals
+            fc = _FreeCounts(names=[n.name for n in cs.nodes])
+            for n in cs.nodes:
+                devs = cs.inventory.devices_on(n)
+                if any(d.multi for d in devs):
+                    fc.unbounded += 1
+                    continue
+                slot = fc.caps.get(n.name)
+                fc.caps[n.name] = (len(devs), slot[1] + 1 if slot is not None else 1)
             taken = self._taken_by_node
-            self._free_cache = [
-                (n, None if t is None else max(0, t - taken.get(n, 0))) for n, t in self._node_caps
-            ]
-        return self._free_cache
+            for name, (cap, mult) in fc.caps.items():
+                v = max(0, cap - taken.get(name, 0))
+                fc.by_name[name] = v
+                fc.hist[v] = fc.hist.get(v, 0) + mult
+            self._free = fc
+        return self._free
 
     def _count_taken(self, picks: Sequence[Pick], sign: int) -> None:
         taken = self._taken_by_node
+        fc = self._free
         for p in picks:
             d = p.device
             if not p.admin_access and not d.multi and d.node_name is not None:
-                taken[d.node_name] = taken.get(d.node_name, 0) + sign
+                t = taken.get(d.node_name, 0) + sign
+                taken[d.node_name] = t
+                if fc is not None:
+                    fc.update(d.node_name, t)
 
     def _demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str]:
         """Devices each pod of the pod set needs at least (ExactCount requests of its per-pod claims
@@ -560,7 +591,7 @@ class DraPlacer:
         return total, what
 
     def _quick_miss(self, workload: WorkloadInfo, req: DraRequest, counts: Mapping[str, int]) -> str | None:
-        free: list[tuple[str, int | None]] | None = None
+        free: _FreeCounts | None = None
         for ps in workload.pod_sets:
             n = counts.get(ps.name, ps.count)
             dps = req.pod_set(ps.name)
@@ -570,18 +601,18 @@ class DraPlacer:
             if not k:
                 continue
             if free is None:
-                free = self._free_per_node()
-            fit = 0
-            for _, f in free:
-                fit += n if f is None else f // k
-                if fit >= n:
-                    break
+                free = self._free_counts()
+            if free.unbounded:
+                continue  # a node with unbounded room takes all n pods
+            fit = sum(c * (v // k) for v, c in free.hist.items() if c and v >= k)
             if fit >= n:
                 continue
-            if not free:
+            if not free.names:
                 return f"pod set {ps.name}: {n} pods x {k} devices needed ({what}), no node to place them on"
-            best, most = max(free, key=lambda x: (x[1] if x[1] is not None else k, -len(x[0])))
-            have = most if most is not None else k
+            have = max(v for v, c in free.hist.items() if c)
+            by_name = free.by_name
+            # the first node (cluster order) with most free devices, of the shortest name
+            best = min((nm for nm in free.names if by_name[nm] == have), key=len)
             return (
                 f"pod set {ps.name}: {n} pods x {k} devices needed ({what}), at most {fit} fit; "
                 f"best node {best} has {have} free ({max(0, k - have)} short)"
@@ -654,7 +685,6 @@ class DraPlacer:
                             self._apply(p)
                         self._applied[k] = cur
                 self._synced = state
-                self._free_cache = None
                 return
         for k, plans in list(self._applied.items()):
             cur = want.get(k)
@@ -672,7 +702,6 @@ class DraPlacer:
                     self._apply(p)
                 self._applied[k] = plans
         self._synced = state
-        self._free_cache = None
 
     def _node_totals(self, plan: DraPlan) -> list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]:
         """What the plan's pods take from each node's allocatable, summed per node (exact sums:
