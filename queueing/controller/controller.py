@@ -38,6 +38,7 @@ from queueing.api.base import KubeObject
 from queueing.api.core import Job, Namespace, Node, Pod, PriorityClass
 from queueing.api.resource import (
     DeviceClass,
+    DeviceRequestAllocationResult,
     ResourceClaim,
     ResourceClaimSpec,
     ResourceClaimTemplate,
@@ -84,6 +85,14 @@ from queueing.controller.plan import (
     with_condition,
 )
 from queueing.controller.queues import queue_statuses
+from queueing.dra.allocator import SelectorCache
+from queueing.dra.binding import (
+    BindingDecision,
+    UpstreamView,
+    choose_binding,
+    describe_devices,
+    device_results,
+)
 from queueing.faults import fault_point
 from queueing.kube.client import (
     CLUSTER_QUEUES,
@@ -132,10 +141,13 @@ from queueing.scheduling.from_api import (
     admission_status,
     admitted_workload,
     queue_specs,
+    recorded_plan,
     workload_info,
 )
+from queueing.scheduling.from_api import _device as allocated_device  # one conversion
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, workload_for_job, workload_for_pod_group
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
+from queueing.scheduling.placer import Placement
 from queueing.scheduling.quota import cohort_cycles
 from queueing.scheduling.requeue import next_requeue
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
@@ -204,7 +216,12 @@ class Controller:
         self.eviction_timeout = (
             eviction_timeout if eviction_timeout is not None else self.config.eviction_timeout
         )
-        self.full = self.config.plan_binding_mode == "Full"
+        # plan binding (planBindingMode): per admission, node only or Full (Auto decides per admission,
+        # against what kube-scheduler sees: the view is built at most once per binding pass)
+        self._bindings: dict[str, tuple[Admission, BindingDecision]] = {}
+        self._upstream: UpstreamView | None = None
+        self._selectors = SelectorCache()
+        self._verified: dict[str, Admission] = {}  # admissions whose allocations match the plan
         self.events = EventRecorder(kube, component)
         self.retry_backoff = retry_backoff
         # ClusterQueue/LocalQueue status is written at most once per period (a burst of admissions
@@ -325,6 +342,8 @@ class Controller:
             return
         self.admitted.clear()
         self.admissions.clear()
+        self._bindings.clear()
+        self._verified.clear()
         self.status_todo.clear()
         self.evicting.clear()
         self._ledger_cqs.clear()
@@ -701,6 +720,7 @@ class Controller:
             fault_point("finish.after_ledger")
         self.admitted.pop(uid, None)
         self.admissions.pop(uid, None)
+        self._forget_binding(uid)
         self.status_todo.discard(uid)
         self.evicting.pop(uid, None)
         self.pods_ready_seen.discard(uid)
@@ -724,6 +744,7 @@ class Controller:
                 )
             self.admitted.pop(uid, None)
             self.admissions.pop(uid, None)
+            self._forget_binding(uid)
             self.status_todo.discard(uid)
             self.evicting.pop(uid, None)
             self.pods_ready_seen.discard(uid)
@@ -1287,6 +1308,7 @@ class Controller:
                 fault_point("eviction.after_ledger")
             self.admitted.pop(uid, None)
             self.admissions.pop(uid, None)
+            self._forget_binding(uid)
             self.status_todo.discard(uid)
             self.pods_ready_seen.discard(uid)
             self.evicting.pop(uid, None)
@@ -1406,7 +1428,47 @@ class Controller:
                 self._wake_at(deadline)
 
     # ---- plan binding
+    def _forget_binding(self, uid: str) -> None:
+        self._bindings.pop(uid, None)
+        self._verified.pop(uid, None)
+
+    def _binding(self, wl: Workload, admission: Admission) -> BindingDecision:
+        """Node only or Full for this admission. ``Auto`` asks :func:`choose_binding` once per
+        admission, before any of its pods is released (until then its claims are not allocated, so
+        asking again after a restart is as valid as the first answer)."""
+        mode = self.config.plan_binding_mode
+        if mode != "Auto":
+            return BindingDecision(mode == "NodeOnly", f"planBindingMode {mode}")
+        uid = wl.metadata.uid or ""
+        hit = self._bindings.get(uid)
+        if hit is not None and hit[0] is admission:
+            return hit[1]
+        if self._upstream is None:
+            self._upstream = UpstreamView(
+                self.nodes.list(),
+                self.slices.list(),
+                self.device_classes.list(),
+                self.claims.list(),
+                self.templates.list(),
+                cache=self._selectors,
+            )
+        decision = choose_binding(
+            admission,
+            {ps.name: ps.claim_refs() for ps in wl.spec.pod_sets},
+            wl.namespace or "default",
+            self._upstream,
+        )
+        log.debug(
+            "plan binding of %s: %s (%s)",
+            wl.key,
+            "node only" if decision.node_only else "Full",
+            decision.reason,
+        )
+        self._bindings[uid] = (admission, decision)
+        return decision
+
     async def _bind(self) -> None:
+        self._upstream = None  # what kube-scheduler sees now (built when a decision needs it)
         by_uid = {w.metadata.uid: w for w in self.workloads.list()}
         pods_by_wl: dict[str, list[Pod]] = {}
         for p in self.pods.list():
@@ -1432,6 +1494,9 @@ class Controller:
                     await self._bind_pods(
                         wl, admission, members, GATE_ADMISSION, functools.partial(_pod_set_of, wl)
                     )
+                pods = members
+            if self.config.plan_binding_mode != "Full" and self._verified.get(uid) is not admission:
+                await self._check_allocations(wl, admission, pods)
 
     def _template_claims(self, wl: Workload, pod_set: str) -> bool:
         ps = wl.pod_set(pod_set)
@@ -1442,12 +1507,7 @@ class Controller:
         different allocation (someone else allocated it: the plan cannot be bound as made)."""
         if claim.status.allocation is not None:
             planned = {(d.driver, d.pool, d.device) for d in placement.devices}
-            have = {
-                (r.driver, r.pool, r.device)
-                for r in (
-                    claim.status.allocation.devices.results or [] if claim.status.allocation.devices else []
-                )
-            }
+            have = {(r.driver, r.pool, r.device) for r in _allocated_results(claim)}
             return planned == have
         body = allocation_for(claim.spec, placement, node, {c.name: c for c in self.device_classes.list()})
         raw = await retrying(
@@ -1473,7 +1533,9 @@ class Controller:
         psa = admission.pod_set_assignments[0] if admission.pod_set_assignments else None
         if psa is None:
             return
-        if self.full:
+        binding = self._binding(wl, admission)
+        full = not binding.node_only
+        if full:
             for p in psa.placements or []:
                 for c in p.claims or []:
                     if c.resource_claim_name and not is_implicit_claim(c):
@@ -1492,7 +1554,7 @@ class Controller:
             ps = wl.pod_set(psa.name)
             if ps is None or HOSTNAME_LABEL not in (ps.template.spec.node_selector or {}):
                 spec["nodeSelector"] = {HOSTNAME_LABEL: None}  # a previous admission's node
-        if needs_gate(admission, psa.name, self.full, self._template_claims(wl, psa.name)):
+        if needs_gate(admission, psa.name, full, self._template_claims(wl, psa.name)):
             spec["schedulingGates"] = [{"name": GATE_PLACEMENT}]
         if spec:
             template["spec"] = spec
@@ -1513,11 +1575,14 @@ class Controller:
         )
         self.jobs.observe(raw)
         fault_point("bind.after_start_job")
+        how = ""
+        if self.config.plan_binding_mode == "Auto":
+            how = f"; plan binding: {'node only' if binding.node_only else 'Full'} ({binding.reason})"
         await self.events.emit(
             job,
             "Normal",
             "Started",
-            f"Admitted by ClusterQueue {admission.cluster_queue}; plan: {plan_summary(admission)}",
+            f"Admitted by ClusterQueue {admission.cluster_queue}; plan: {plan_summary(admission)}{how}",
         )
 
     async def _bind_pods(
@@ -1532,6 +1597,7 @@ class Controller:
         its node and remove ``gate`` in one write."""
         ns = wl.namespace or "default"
         default_ps = admission.pod_set_assignments[0].name if admission.pod_set_assignments else "main"
+        full = not self._binding(wl, admission).node_only
 
         def ps_of(p: Pod) -> str:
             return (pod_set_of(p) if pod_set_of else p.labels.get(POD_SET_LABEL)) or default_ps
@@ -1569,7 +1635,7 @@ class Controller:
                 log.warning("pod %s of %s has no free placement (more pods than planned)", pod.key, wl.key)
                 continue
             taken.add(placement.index)
-            if self.full:
+            if full:
                 ready = True
                 for c in placement.claims or []:
                     if is_implicit_claim(c):
@@ -1603,6 +1669,78 @@ class Controller:
             self.pods.observe(raw)
             self.stats.pods_ungated += 1
             fault_point("bind.after_pod")
+
+    async def _check_allocations(self, wl: Workload, admission: Admission, pods: list[Pod]) -> None:
+        """kube-scheduler allocated the claims of pods bound node only: the devices must be the plan's.
+        When they are not (a device was released between the plan and the allocation), the Workload's
+        plan and the controller's record take the allocated devices — what the pods hold — and a
+        Warning Event says so. Done once every planned pod's claims are allocated."""
+        ns = wl.namespace or "default"
+        by_index: dict[tuple[str, int], Pod] = {}
+        for pod in pods:
+            if not pod.spec.node_name or pod.metadata.deletion_timestamp or _gated(pod, GATE_ADMISSION):
+                continue
+            ps = pod.labels.get(POD_SET_LABEL)
+            if ps is None and len(admission.pod_set_assignments) == 1:
+                ps = admission.pod_set_assignments[0].name
+            psa = next((a for a in admission.pod_set_assignments if a.name == ps), None)
+            if psa is None or not psa.placements:
+                continue
+            raw = pod.annotations.get(PLACEMENT_INDEX_ANNOTATION) or pod.annotations.get(
+                "batch.kubernetes.io/job-completion-index"
+            )
+            if raw is not None and raw.isdigit():
+                by_index.setdefault((psa.name, int(raw)), pod)
+            elif len(psa.placements) == 1:
+                by_index.setdefault((psa.name, psa.placements[0].index), pod)
+        new = admission.model_copy(deep=True)
+        complete = True
+        differs: list[str] = []
+        for psa in new.pod_set_assignments:
+            for pl in psa.placements or []:
+                bound = by_index.get((psa.name, pl.index))
+                for c in pl.claims or []:
+                    if is_implicit_claim(c):
+                        continue
+                    name = c.resource_claim_name or (
+                        pod_claim_name(bound, c.name) if bound is not None else None
+                    )
+                    claim = self.claims.get(name, ns) if name else None
+                    if claim is None or claim.status.allocation is None:
+                        complete = False
+                        continue
+                    got = _allocated_results(claim)
+                    if device_results(got) == device_results(c.devices):
+                        continue
+                    differs.append(
+                        f"ResourceClaim {claim.key} (claim {c.name} of pod {psa.name}[{pl.index}] on "
+                        f"{pl.node_name}) got {describe_devices(got)}, planned {describe_devices(c.devices)}"
+                    )
+                    c.devices = [allocated_device(r) for r in got]
+        if differs:
+            new.planned_devices = new.count_planned_devices()
+            out = await self._patch_status(wl, {"admission": _without_nulls(new.to_dict())})
+            if out is None:
+                return
+            uid = wl.metadata.uid or ""
+            self.admissions[uid] = new
+            a = self.admitted.get(uid)
+            if a is not None:
+                old = a.placement if isinstance(a.placement, Placement) else Placement(nodes=())
+                self.admitted[uid] = dataclasses.replace(
+                    a, placement=dataclasses.replace(old, detail=recorded_plan(new))
+                )
+            await self.events.emit(
+                wl,
+                "Warning",
+                "AllocationDiffers",
+                "kube-scheduler allocated other devices than planned: "
+                + "; ".join(differs)
+                + ". The plan now records the allocated devices.",
+            )
+            admission = new
+        if complete:
+            self._verified[wl.metadata.uid or ""] = admission
 
     # ---- queue status
     async def _queue_status(self) -> None:
@@ -1690,6 +1828,11 @@ def _without_nulls(v: Any) -> Any:
     if isinstance(v, list):
         return [_without_nulls(x) for x in v]
     return v
+
+
+def _allocated_results(claim: ResourceClaim) -> list[DeviceRequestAllocationResult]:
+    alloc = claim.status.allocation
+    return list((alloc.devices.results or []) if alloc is not None and alloc.devices is not None else [])
 
 
 def _gated(pod: Pod, gate: str = GATE_PLACEMENT) -> bool:

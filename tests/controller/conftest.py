@@ -262,5 +262,7 @@ async def harness(emu: Emulator, ledger: Ledger, config: Config) -> AsyncIterato
 
 @pytest.fixture
 async def cluster(emu: Emulator, config: Config) -> AsyncIterator[StandIns]:
-    async with StandIns(emu, allocate_claims=config.plan_binding_mode == "NodeOnly") as s:
+    # kube-scheduler allocates the claims of pods it finds unallocated (NodeOnly, Auto); under Full it
+    # must never need to: the stand-in then refuses, so a pod released too early is caught
+    async with StandIns(emu, allocate_claims=config.plan_binding_mode != "Full") as s:
         yield s

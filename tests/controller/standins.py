@@ -1,7 +1,9 @@
 """What a real cluster does around the controller, played by the test directly on the emulator's store
 (so none of it counts as the controller's requests): the Job controller, the resourceclaim controller,
-kube-scheduler (binding only pods whose claims are allocated; in NodeOnly mode it allocates them with
-the project's allocator, as kube-scheduler's DRA plugin would) and the kubelet.
+kube-scheduler (binding only pods whose claims are allocated; in NodeOnly and Auto mode it allocates
+them with the project's allocator, as kube-scheduler's DRA plugin would: on the pinned node, all of
+the pod's unallocated claims at once, in the pod's order, seeing every claim allocated in the cluster)
+and the kubelet.
 
 Everything reacts to the store's own watch events; ``step()`` is idempotent and derived from the
 current state only, so no test depends on timing.
@@ -46,10 +48,12 @@ def _cond_true(obj: dict[str, Any], type_: str) -> bool:
 
 
 class StandIns:
-    def __init__(self, emu: Emulator, *, allocate_claims: bool = False) -> None:
+    def __init__(self, emu: Emulator, *, allocate_claims: bool = True) -> None:
         self.emu = emu
         self.store: Store = emu.store
-        self.allocate_claims = allocate_claims  # NodeOnly: kube-scheduler allocates
+        # kube-scheduler allocates the claims it finds unallocated (NodeOnly, Auto); False for Full,
+        # where it never should have to (a pod released before its claims were written is an error)
+        self.allocate_claims = allocate_claims
         self.rt = {
             "jobs": self.store.resource("jobs", "batch"),
             "pods": self.store.resource("pods"),
@@ -62,6 +66,7 @@ class StandIns:
         self._task: asyncio.Task[None] | None = None
         self.not_ready_jobs: set[str] = set()  # the kubelet never gets these Jobs' pods Ready
         self.stuck_jobs: set[str] = set()  # these Jobs' pods do not go away when suspended (a finalizer)
+        self.unscheduled_jobs: set[str] = set()  # kube-scheduler does not get to these Jobs' pods (yet)
         self.pods_created = 0
         self.errors: list[str] = []
 
@@ -227,6 +232,8 @@ class StandIns:
         for pod in self._list("pods"):
             meta, spec = pod["metadata"], pod.get("spec") or {}
             if spec.get("nodeName") or spec.get("schedulingGates") or _done(pod):
+                continue
+            if meta.get("labels", {}).get(JOB_NAME_LABEL) in self.unscheduled_jobs:
                 continue
             node = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
             if node is None:

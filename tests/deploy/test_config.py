@@ -35,7 +35,7 @@ def test_defaults_without_file_or_environment() -> None:
     assert c == Config()
     assert c.namespace == "queueing-system"
     assert c.resolved_database_url() == DEFAULT_DATABASE_URL == "sqlite+aiosqlite:///queueing.db"
-    assert c.plan_binding_mode == "Full"
+    assert c.plan_binding_mode == "Auto"
     le = c.leader_election
     # controller-runtime's defaults, which Kueue inherits
     assert (le.leader_elect, le.lease_duration, le.renew_deadline, le.retry_period) == (True, 15.0, 10.0, 2.0)
@@ -171,7 +171,7 @@ def test_database_url_precedence(tmp_path: Path) -> None:
             {},
             "leaderElection.leaseDuration: must be greater than zero",
         ),
-        ("planBindingMode: Partial\n", {}, "planBindingMode: Input should be 'Full' or 'NodeOnly'"),
+        ("planBindingMode: Partial\n", {}, "planBindingMode: Input should be 'Auto', 'Full' or 'NodeOnly'"),
         ("waitForPodsReady:\n  timout: 5m\n", {}, "waitForPodsReady.timout: unknown field"),
         (
             "fairSharing:\n  preemptionStrategies: [Never]\n",
