@@ -306,7 +306,7 @@ class WorkloadInfo:
             )
         )
 
-    @property
+    @cached_property
     def order_time(self) -> float:
         return self.requeue_time if self.requeue_time is not None else self.creation_time
 
