@@ -65,10 +65,27 @@ def proc_status(pid: int) -> dict[str, float]:
     return out
 
 
-class ControllerChild:
-    """``queueing run`` in a child process against the emulator at ``url``; stderr goes to a file."""
+# `queueing run` under tracemalloc; SIGUSR1 dumps a snapshot to DIR/snap-N (then DIR/snap-N.done)
+TRACED_RUN = """
+import signal, sys, tracemalloc
+frames, where = int(sys.argv[1]), sys.argv[2]
+tracemalloc.start(frames)
+dumped = [0]
+def dump(*_):
+    dumped[0] += 1
+    tracemalloc.take_snapshot().dump(f"{where}/snap-{dumped[0]}")
+    open(f"{where}/snap-{dumped[0]}.done", "w").close()
+signal.signal(signal.SIGUSR1, dump)
+from queueing.cli import main
+raise SystemExit(main(sys.argv[3:]))
+"""
 
-    def __init__(self, kubeconfig: Path, ledger_url: str, workdir: Path) -> None:
+
+class ControllerChild:
+    """``queueing run`` in a child process against the emulator at ``url``; stderr goes to a file.
+    With ``trace`` (frames), it runs under tracemalloc and :meth:`snapshot` fetches a snapshot."""
+
+    def __init__(self, kubeconfig: Path, ledger_url: str, workdir: Path, trace: int = 0) -> None:
         self.health = f"127.0.0.1:{free_port()}"
         config = workdir / "controller.yaml"
         config.write_text(
@@ -81,7 +98,23 @@ class ControllerChild:
         self.log = workdir / "controller.log"
         self.env = {**os.environ, "QUEUEING_CONFIG": str(config), "QUEUEING_DATABASE_URL": ledger_url}
         self.args = [sys.executable, "-m", "queueing", "run", "--kubeconfig", str(kubeconfig)]
+        self.workdir = workdir
+        self.snapshots = 0
+        if trace:
+            self.args[1:3] = ["-c", TRACED_RUN, str(trace), str(workdir)]
         self.proc: asyncio.subprocess.Process | None = None
+
+    async def snapshot(self, timeout: float = 120.0) -> tracemalloc.Snapshot:
+        assert self.proc is not None
+        self.snapshots += 1
+        path = self.workdir / f"snap-{self.snapshots}"
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while not path.with_suffix(".done").exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the controller wrote no tracemalloc snapshot")
+            await asyncio.sleep(0.05)
+        return tracemalloc.Snapshot.load(str(path))
 
     async def start(self, timeout: float = 60.0) -> None:
         import aiohttp
@@ -197,7 +230,12 @@ class SoakResult:
 
 
 async def soak(
-    jobs: int = 2000, window: int = 12, seed: int = 1, warmup: int | None = None, separate: bool = False
+    jobs: int = 2000,
+    window: int = 12,
+    seed: int = 1,
+    warmup: int | None = None,
+    separate: bool = False,
+    trace_child: int = 0,
 ) -> SoakResult:
     rng = random.Random(seed)
     snap_warm: tracemalloc.Snapshot | None = None
@@ -225,9 +263,8 @@ async def soak(
             child_status: dict[str, dict[str, float]] = {}
             if separate:
                 kubeconfig = emu.kubeconfig_path(tmp, token=CONTROLLER_TOKEN, user="controller")
-                child = ControllerChild(
-                    kubeconfig, f"sqlite+aiosqlite:///{Path(tmp) / 'ledger.db'}", Path(tmp)
-                )
+                ledger_url = f"sqlite+aiosqlite:///{Path(tmp) / 'ledger.db'}"
+                child = ControllerChild(kubeconfig, ledger_url, Path(tmp), trace=trace_child)
             admin_api = api_client_for_url(emu.url, token="admin-token")
             admin = KubeClient(admin_api)
             rss_warm = tasks_warm = 0.0
@@ -238,7 +275,7 @@ async def soak(
                 else:
                     await harness.start()
                 created = done = 0
-                stalled = 0
+                progress = time.monotonic()  # the last time a pod was finished
                 while done < jobs:
                     jl = live("jobs.batch")
                     complete = [
@@ -267,6 +304,8 @@ async def soak(
                         if done == warmup:
                             if child is not None:
                                 child_status["warm"] = child.status()
+                                if trace_child:
+                                    snap_warm = await child.snapshot()
                             gc.collect()
                             rss_warm, tasks_warm = rss_mb(), len(asyncio.all_tasks())
                             if tracemalloc.is_tracing():
@@ -292,11 +331,9 @@ async def soak(
                     )
                     if running and rng.random() < 0.5:
                         cluster.finish_pods("default", rng.choice(running))
-                        stalled = 0
-                    else:
-                        stalled += 1
-                        if stalled > 3000:
-                            raise AssertionError(f"soak stalled at {done} of {jobs} done")
+                        progress = time.monotonic()
+                    elif time.monotonic() - progress > 180:  # nothing running for 3 minutes
+                        raise AssertionError(f"soak stalled at {done} of {jobs} done")
                     clock.advance(1.0)
                     if harness.controller is not None:
                         harness.controller.wake()
@@ -307,7 +344,18 @@ async def soak(
                 rss_running, tasks_running = rss_mb(), len(asyncio.all_tasks())
                 if child is not None:
                     child_status["end"] = child.status()
-                if snap_warm is not None:
+                if snap_warm is not None and child is not None:
+                    snap_end = await child.snapshot()
+                    traced = [
+                        sum(st.size for st in sn.statistics("filename")) / 2**20
+                        for sn in (snap_warm, snap_end)
+                    ]
+                    print(
+                        f"controller process: traced {traced[0]:.1f} -> {traced[1]:.1f} MB, "
+                        f"RSS {child_status['warm']['VmRSS']:.1f} -> {child_status['end']['VmRSS']:.1f} MB"
+                    )
+                    report_growth(snap_warm, snap_end, jobs - warmup)
+                elif snap_warm is not None:
                     print(f"end: emulator history {len(emu.store.history)} events", flush=True)
                     print(
                         f"end: emulator objects {sum(len(v) for v in emu.store.objects.values())}", flush=True
@@ -378,12 +426,17 @@ def main() -> int:
         type=int,
         default=0,
         metavar="FRAMES",
-        help="tracemalloc with this many frames: print the growth after warm-up by area and line",
+        help="tracemalloc with this many frames: print the growth after warm-up by area and line "
+        "(with --separate: of the controller process)",
     )
     args = ap.parse_args()
-    if args.trace:
+    if args.trace and not args.separate:
         tracemalloc.start(args.trace)
-    r = asyncio.run(soak(args.jobs, args.window, args.seed, args.warmup, args.separate))
+    r = asyncio.run(
+        soak(
+            args.jobs, args.window, args.seed, args.warmup, args.separate, args.trace if args.separate else 0
+        )
+    )
     print(r.summary())
     return 1 if r.problems else 0
 
