@@ -129,7 +129,14 @@ class UpstreamView:
         self.nodes = {n.name: n for n in nodes}
         self.slices = tuple(slices)
         self.classes = tuple(classes)
-        self.allocated = tuple(c for c in claims if c.status.allocation is not None)
+        # the allocated claims by the pools of their devices
+        self._by_pool: dict[tuple[str, str], list[ResourceClaim]] = {}
+        for c in claims:
+            alloc = c.status.allocation
+            if alloc is None or alloc.devices is None:
+                continue
+            for pool in {(r.driver, r.pool) for r in alloc.devices.results or []}:
+                self._by_pool.setdefault(pool, []).append(c)
         self.templates = {t.key: t for t in templates}
         self.features = features
         self.cache = cache if cache is not None else SelectorCache()
@@ -141,11 +148,14 @@ class UpstreamView:
             # the devices a pod on this node may get: its own slices and those not local to one node
             # (relative device order is kept: the inventory orders pools by name)
             slices = [s for s in self.slices if s.spec.node_name in (None, node)]
+            # and the claims holding devices of those pools (the others' devices are not candidates)
+            pools = sorted({(s.spec.driver, s.spec.pool.name) for s in slices})
+            claims = list({id(c): c for p in pools for c in self._by_pool.get(p, ())}.values())
             st = ClusterState(
                 [self.nodes[node]],
                 slices,
                 self.classes,
-                claims=self.allocated,
+                claims=claims,
                 features=self.features,
                 cache=self.cache,
             )
