@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from queueing.kube.client import JOBS, KubeClient
+from queueing.kube.client import JOBS, PODS, KubeClient
 from queueing.testing import Emulator
 from tests.controller.conftest import CONTROLLER_USER, GPU_CLASS, Harness, eventually, job
 from tests.controller.standins import StandIns
@@ -21,6 +21,7 @@ from tests.controller.test_admission import (
     running,
     workload,
 )
+from tests.controller.test_pod_groups import group_pod, group_running
 from tests.controller.test_scenarios import events_for
 
 CLAIMS = ("resourceclaims", "resource.k8s.io")
@@ -198,4 +199,34 @@ async def test_an_allocation_other_than_the_plan_is_recorded_with_a_warning(
     assert _plan_devices(nxt) == _pod_devices(emu, "next") == {"node-a": {(GPU_CLASS, "node-a", "gpu-1")}}
     assert len(events_for(emu, "job-late", "AllocationDiffers")) == 1
     assert not events_for(emu, "job-next", "AllocationDiffers")
+    assert not cluster.errors
+
+
+async def test_auto_single_pod_group_is_bound_node_only(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """A pod group of one pod: the controller pins the node and removes the admission gate in one pod
+    write, without writing the claim; kube-scheduler allocates the planned devices."""
+    await harness.start()
+    await admin.create(JOBS, job("first"))  # gpu-0 of node-a allocated before the group comes
+    await eventually(lambda: running(emu, "first", 1), "the first Job runs")
+    before = emu.writes_by(CONTROLLER_USER).snapshot()
+    await admin.create(PODS, group_pod("solo-0", total=1, group="solo", template="gpu-1"))
+    (pod,) = await eventually(lambda: group_running(emu, "solo", 1), "the pod runs")
+    wl = workload(emu, "pod-group-solo")
+    assert wl is not None
+    claim = get(
+        emu,
+        "resourceclaims",
+        pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"],
+        "resource.k8s.io",
+    )
+    assert claim is not None
+    assert (
+        {pod["spec"]["nodeName"]: claim_devices(claim)}
+        == _plan_devices(wl)
+        == {"node-a": {(GPU_CLASS, "node-a", "gpu-1")}}
+    )
+    w = _writes(emu, before)
+    assert w[("patch", "resourceclaims/status")] == 0 and w[("patch", "pods")] == 1
     assert not cluster.errors
