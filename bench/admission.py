@@ -247,9 +247,9 @@ def main() -> int:
             last[0] = t
             print(f"  ... {done}/{total} finished, virtual {now:.1f}s, wall {t - t0:.0f}s", flush=True)
 
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     result = Simulation(sc, cfg, progress=progress).run()
-    t_run = time.perf_counter() - t1
+    t_run, c_run = time.perf_counter() - t1, time.process_time() - c1
     s = result.summary
     admissions = sum(q.admissions for q in s.cluster_queues.values())
     evictions = sum(q.evicted for q in s.cluster_queues.values())
@@ -264,7 +264,9 @@ def main() -> int:
         f"shape {args.shape}: {len(sc.queues.cluster_queues)} ClusterQueues, {len(sc.jobs)} workloads, "
         f"{len(sc.nodes)} nodes x 8 GPUs; fair sharing {'off' if args.no_fair_sharing else 'on'}; backoff {args.backoff:g}s"
     )
-    print(f"build {t_build:.1f}s, simulation {t_run:.1f}s wall (total {t_build + t_run:.1f}s)")
+    print(
+        f"build {t_build:.1f}s, simulation {t_run:.1f}s wall, {c_run:.1f}s CPU (total {t_build + t_run:.1f}s wall)"
+    )
     print(
         f"virtual makespan {s.time:.1f}s, {s.cycles} cycles, {admissions} admissions, {evictions} evictions, "
         f"{s.finished}/{s.jobs} finished"

@@ -452,25 +452,14 @@ def _fair_search(
     # candidates gone, the expected charges of the preemptor added) can never satisfy either
     # strategy; the shares of other queues do not change by evicting from a third one
     req0 = ctx.expected[0] if ctx.expected else {}
-    probe_tree = ctx.tree
-    rm: dict[str, dict[FlavorResource, Fraction]] = {}
-    for a in [*base, *own]:
-        acc = rm.setdefault(a.cluster_queue, {})
-        for fr, v in a.usage.items():
-            acc[fr] = acc.get(fr, _ZERO) + v
-    for name, u in rm.items():
-        probe_tree.remove_usage(name, u)
-    try:
-        floor = dominant_resource_share(probe_tree, cq_id(ctx.cq.name), req0).key()
+    with ctx._without([*base, *own]):
+        floor = dominant_resource_share(ctx.tree, cq_id(ctx.cq.name), req0).key()
         strict = strategy == "LessThanInitialShare"
         keep: set[str] = set()
         for qn in {a.cluster_queue for a in others}:
-            k = dominant_resource_share(probe_tree, cq_id(qn)).key()
+            k = dominant_resource_share(ctx.tree, cq_id(qn)).key()
             if k > floor or (not strict and k == floor):
                 keep.add(qn)
-    finally:
-        for name, u in rm.items():
-            probe_tree.add_usage(name, u)
     others = [a for a in others if a.cluster_queue in keep]
     if not others and not own:
         return None
