@@ -322,13 +322,17 @@ def _search(
 ) -> list[AdmittedWorkload] | None:
     if not cands:
         return None
-    # cheap necessary condition: with every candidate gone it must fit
+    # a single victim, best first (quota first: cheap)
+    for c in cands:
+        if (
+            _removable(ctx, base, c)
+            and ctx.quota_fits([*base, c], allow_borrow)
+            and ctx.fits([*base, c], allow_borrow) is not None
+        ):
+            return [c]
+    # before the greedy pass, the necessary condition: with every candidate gone it must fit
     if ctx.fits([*base, *cands], allow_borrow) is None:
         return None
-    # a single victim, best first
-    for c in cands:
-        if _removable(ctx, base, c) and ctx.fits([*base, c], allow_borrow) is not None:
-            return [c]
     # greedy in candidate order, then put back what is not needed
     removed: list[AdmittedWorkload] = []
     fitted = False
@@ -486,15 +490,17 @@ def _fair_search(
     )
     if not singles and start is None:
         return None
-    # cheap necessary condition: with every candidate gone it must fit
-    if ctx.fits(everyone, allow_borrow=True) is None:
-        return None
+    # a single victim first (taking one plan out is cheap for the placer; taking every candidate out
+    # is not)
     for c in singles:
         if ctx.fits([*base, c], allow_borrow=True) is not None:
             return [c]
-    # the shortest prefix of the greedy order that makes room
     if start is None:
         return None
+    # before several prefixes are tried, the necessary condition: with every candidate gone it fits
+    if start < len(greedy) and ctx.fits(everyone, allow_borrow=True) is None:
+        return None
+    # the shortest prefix of the greedy order that makes room
     for i in range(start, len(greedy) + 1):
         if ctx.fits([*base, *greedy[:i]], allow_borrow=True) is not None:
             removed = greedy[:i]
