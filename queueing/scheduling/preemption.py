@@ -484,10 +484,18 @@ def _fair_search(
         singles, greedy = _strategy_order(ctx, own, others, req, strategy, key)
     # quota first (cheap), then placements only where quota allows
     singles = [c for c in singles if ctx.quota_fits([*base, c], allow_borrow=True)]
-    start = next(
-        (i for i in range(1, len(greedy) + 1) if ctx.quota_fits([*base, *greedy[:i]], allow_borrow=True)),
-        None,
-    )
+    # the shortest prefix of the greedy order that quota allows: quota only gets better the more is
+    # taken out, so a binary search finds it
+    start: int | None = None
+    if greedy and ctx.quota_fits([*base, *greedy], allow_borrow=True):
+        lo, hi = 1, len(greedy)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ctx.quota_fits([*base, *greedy[:mid]], allow_borrow=True):
+                hi = mid
+            else:
+                lo = mid + 1
+        start = lo
     if not singles and start is None:
         return None
     # a single victim first (taking one plan out is cheap for the placer; taking every candidate out
