@@ -250,13 +250,16 @@ def run_cycle(
     # (LocalQueue key, namespace) -> the ClusterQueue to queue in, or why not (the same for every
     # workload of that LocalQueue: decided once)
     routed: dict[tuple[str, str], str | PendingReason] = {}
+    # LocalQueue key (it names the namespace) -> the list of the ClusterQueue it routes to
+    fast: dict[str, list[WorkloadInfo]] = {}
     for wl in snapshot.pending:
         if wl.active and (wl.backoff_until is None or wl.backoff_until <= now):
-            route = routed.get((wl.queue_key, wl.namespace))
-            if isinstance(route, str):
-                queues.setdefault(route, []).append(wl)
+            into = fast.get(wl.queue_key)
+            if into is not None:
+                into.append(wl)
                 continue
-            if route is not None:
+            route = routed.get((wl.queue_key, wl.namespace))
+            if isinstance(route, PendingReason):
                 pending[wl.key] = route
                 continue
         lq = lqs.get(wl.queue_key)
@@ -305,7 +308,9 @@ def run_cycle(
             )
             continue
         routed[rkey] = cq.name
-        queues.setdefault(cq.name, []).append(wl)
+        into = queues.setdefault(cq.name, [])
+        into.append(wl)
+        fast[wl.queue_key] = into
 
     # admission fair sharing: local copies of decayed usage, growing by entry penalties
     lq_usage: dict[str, dict[str, float]] = {k: dict(v) for k, v in snapshot.local_queue_usage.items()}
