@@ -150,6 +150,11 @@ class ControllerChild:
             self.proc.send_signal(signal.SIGTERM)
         return await asyncio.wait_for(self.proc.wait(), 60)
 
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
 
 def report_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, jobs: int) -> None:
     """Print the traced memory growth between two snapshots by area and by file:line."""
@@ -268,105 +273,112 @@ async def soak(
             admin_api = api_client_for_url(emu.url, token="admin-token")
             admin = KubeClient(admin_api)
             rss_warm = tasks_warm = 0.0
-            async with StandIns(emu) as cluster:
-                if child is not None:
-                    await child.start()
-                    child_status["start"] = child.status()
-                else:
-                    await harness.start()
-                created = done = 0
-                progress = time.monotonic()  # the last time a pod was finished
-                while done < jobs:
-                    jl = live("jobs.batch")
-                    complete = [
-                        j
-                        for j in jl
-                        if any(
-                            c.get("type") == "Complete"
-                            for c in (j.get("status") or {}).get("conditions") or []
+            try:
+                async with StandIns(emu) as cluster:
+                    if child is not None:
+                        await child.start()
+                        child_status["start"] = child.status()
+                    else:
+                        await harness.start()
+                    created = done = 0
+                    progress = time.monotonic()  # the last time a pod was finished
+                    while done < jobs:
+                        jl = live("jobs.batch")
+                        complete = [
+                            j
+                            for j in jl
+                            if any(
+                                c.get("type") == "Complete"
+                                for c in (j.get("status") or {}).get("conditions") or []
+                            )
+                        ]
+                        for j in complete:  # TTL after finished: the Job, its Workload, its pods go
+                            n = j["metadata"]["name"]
+                            wl = emu.store.get(rt["workloads.queueing.dra.io"], "default", f"job-{n}")
+                            if not any(
+                                c.get("type") == "Finished" and c.get("status") == "True"
+                                for c in (wl.get("status") or {}).get("conditions") or []
+                            ):
+                                continue  # the controller has not seen it finish yet
+                            for p in emu.store.list(rt["pods."], "default", f"{JOB_NAME_LABEL}={n}")[0]:
+                                emu.store.delete(rt["pods."], "default", p["metadata"]["name"])
+                            emu.store.delete(rt["workloads.queueing.dra.io"], "default", f"job-{n}")
+                            emu.store.delete(rt["jobs.batch"], "default", n)
+                            done += 1
+                            if child is not None and done == jobs // 2:
+                                child_status["middle"] = child.status()
+                            if done == warmup:
+                                if child is not None:
+                                    child_status["warm"] = child.status()
+                                    if trace_child:
+                                        snap_warm = await child.snapshot()
+                                gc.collect()
+                                rss_warm, tasks_warm = rss_mb(), len(asyncio.all_tasks())
+                                if tracemalloc.is_tracing():
+                                    snap_warm = tracemalloc.take_snapshot()
+                                    print(
+                                        f"warm: emulator history {len(emu.store.history)} events", flush=True
+                                    )
+                        in_flight = created - done
+                        while created < jobs and in_flight < window:
+                            body = prio_job(
+                                f"s{created}",
+                                rng.choice(["low", "low", "mid", "high"]),
+                                template=rng.choice(["gpu-1", "gpu-2", "gpu-4"]),
+                                parallelism=rng.choice([1, 1, 2]),
+                            )
+                            await admin.create(JOBS, body)
+                            created += 1
+                            in_flight += 1
+                        running = sorted(
+                            {
+                                (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL, "")
+                                for p in live("pods.")
+                                if (p.get("status") or {}).get("phase") == "Running"
+                            }
                         )
-                    ]
-                    for j in complete:  # TTL after finished: the Job, its Workload, its pods go
-                        n = j["metadata"]["name"]
-                        wl = emu.store.get(rt["workloads.queueing.dra.io"], "default", f"job-{n}")
-                        if not any(
-                            c.get("type") == "Finished" and c.get("status") == "True"
-                            for c in (wl.get("status") or {}).get("conditions") or []
-                        ):
-                            continue  # the controller has not seen it finish yet
-                        for p in emu.store.list(rt["pods."], "default", f"{JOB_NAME_LABEL}={n}")[0]:
-                            emu.store.delete(rt["pods."], "default", p["metadata"]["name"])
-                        emu.store.delete(rt["workloads.queueing.dra.io"], "default", f"job-{n}")
-                        emu.store.delete(rt["jobs.batch"], "default", n)
-                        done += 1
-                        if child is not None and done == jobs // 2:
-                            child_status["middle"] = child.status()
-                        if done == warmup:
-                            if child is not None:
-                                child_status["warm"] = child.status()
-                                if trace_child:
-                                    snap_warm = await child.snapshot()
-                            gc.collect()
-                            rss_warm, tasks_warm = rss_mb(), len(asyncio.all_tasks())
-                            if tracemalloc.is_tracing():
-                                snap_warm = tracemalloc.take_snapshot()
-                                print(f"warm: emulator history {len(emu.store.history)} events", flush=True)
-                    in_flight = created - done
-                    while created < jobs and in_flight < window:
-                        body = prio_job(
-                            f"s{created}",
-                            rng.choice(["low", "low", "mid", "high"]),
-                            template=rng.choice(["gpu-1", "gpu-2", "gpu-4"]),
-                            parallelism=rng.choice([1, 1, 2]),
+                        if running and rng.random() < 0.5:
+                            cluster.finish_pods("default", rng.choice(running))
+                            progress = time.monotonic()
+                        elif time.monotonic() - progress > 180:  # nothing running for 3 minutes
+                            raise AssertionError(f"soak stalled at {done} of {jobs} done")
+                        clock.advance(1.0)
+                        if harness.controller is not None:
+                            harness.controller.wake()
+                        if child is not None and child.proc is not None and child.proc.returncode is not None:
+                            raise AssertionError(f"the controller exited:\n{child.log.read_text()[-3000:]}")
+                        await asyncio.sleep(0.01)
+                    gc.collect()
+                    rss_running, tasks_running = rss_mb(), len(asyncio.all_tasks())
+                    if child is not None:
+                        child_status["end"] = child.status()
+                    if snap_warm is not None and child is not None:
+                        snap_end = await child.snapshot()
+                        traced = [
+                            sum(st.size for st in sn.statistics("filename")) / 2**20
+                            for sn in (snap_warm, snap_end)
+                        ]
+                        print(
+                            f"controller process: traced {traced[0]:.1f} -> {traced[1]:.1f} MB, "
+                            f"RSS {child_status['warm']['VmRSS']:.1f} -> {child_status['end']['VmRSS']:.1f} MB"
                         )
-                        await admin.create(JOBS, body)
-                        created += 1
-                        in_flight += 1
-                    running = sorted(
-                        {
-                            (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL, "")
-                            for p in live("pods.")
-                            if (p.get("status") or {}).get("phase") == "Running"
-                        }
-                    )
-                    if running and rng.random() < 0.5:
-                        cluster.finish_pods("default", rng.choice(running))
-                        progress = time.monotonic()
-                    elif time.monotonic() - progress > 180:  # nothing running for 3 minutes
-                        raise AssertionError(f"soak stalled at {done} of {jobs} done")
-                    clock.advance(1.0)
-                    if harness.controller is not None:
-                        harness.controller.wake()
-                    if child is not None and child.proc is not None and child.proc.returncode is not None:
-                        raise AssertionError(f"the controller exited:\n{child.log.read_text()[-3000:]}")
-                    await asyncio.sleep(0.01)
-                gc.collect()
-                rss_running, tasks_running = rss_mb(), len(asyncio.all_tasks())
+                        report_growth(snap_warm, snap_end, jobs - warmup)
+                    elif snap_warm is not None:
+                        print(f"end: emulator history {len(emu.store.history)} events", flush=True)
+                        print(
+                            f"end: emulator objects {sum(len(v) for v in emu.store.objects.values())}",
+                            flush=True,
+                        )
+                        report_growth(snap_warm, tracemalloc.take_snapshot(), jobs - warmup)
+                    await harness.stop()
+                    errors = list(cluster.errors)
+                    if child is not None:
+                        rc = await child.stop()
+                        if rc != 0:
+                            errors.append(f"queueing run exited {rc}: {child.log.read_text()[-2000:]}")
+            finally:
                 if child is not None:
-                    child_status["end"] = child.status()
-                if snap_warm is not None and child is not None:
-                    snap_end = await child.snapshot()
-                    traced = [
-                        sum(st.size for st in sn.statistics("filename")) / 2**20
-                        for sn in (snap_warm, snap_end)
-                    ]
-                    print(
-                        f"controller process: traced {traced[0]:.1f} -> {traced[1]:.1f} MB, "
-                        f"RSS {child_status['warm']['VmRSS']:.1f} -> {child_status['end']['VmRSS']:.1f} MB"
-                    )
-                    report_growth(snap_warm, snap_end, jobs - warmup)
-                elif snap_warm is not None:
-                    print(f"end: emulator history {len(emu.store.history)} events", flush=True)
-                    print(
-                        f"end: emulator objects {sum(len(v) for v in emu.store.objects.values())}", flush=True
-                    )
-                    report_growth(snap_warm, tracemalloc.take_snapshot(), jobs - warmup)
-                await harness.stop()
-                errors = list(cluster.errors)
-                if child is not None:
-                    rc = await child.stop()
-                    if rc != 0:
-                        errors.append(f"queueing run exited {rc}: {child.log.read_text()[-2000:]}")
+                    await child.kill()  # only if still running (a failed run)
             await admin_api.close()
         gc.collect()
         rss_end, tasks_end = rss_mb(), len(asyncio.all_tasks())
