@@ -328,11 +328,12 @@ def run_cycle(
         s = lq_share(wl) if (afs is not None and cq.admission_fair_sharing) else 0.0
         return (s, -wl.priority, wl.order_time, wl.key)
 
-    # expected usage for ordering across queues (first flavor combination, expected device charges)
+    # expected usage for ordering across queues (first flavor combination, expected device charges);
+    # the same for every workload of one fit signature (its queue, pod sets, selectors)
     est_cache: dict[str, dict[FlavorResource, Fraction]] = {}
 
     def estimate(cq: ClusterQueueSpec, wl: WorkloadInfo) -> dict[FlavorResource, Fraction]:
-        got = est_cache.get(wl.key)
+        got = est_cache.get(wl.fit_signature)
         if got is None:
             got = {}
             groups, err = assigner.relevant_groups(cq, wl)
@@ -341,7 +342,7 @@ def run_cycle(
                 if not err and combos:
                     res_flavor, _ = assigner.flavor_map(cq, wl, combos[0], groups)
                     got = assigner.regular_usage(cq, wl, {}, res_flavor, with_devices=True)
-            est_cache[wl.key] = got
+            est_cache[wl.fit_signature] = got
         return got
 
     def head_key(cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[Any, ...]:
