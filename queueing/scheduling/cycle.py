@@ -133,9 +133,15 @@ class _Queue:
 
     def __init__(self, items: list[WorkloadInfo], key: Callable[[WorkloadInfo], tuple[Any, ...]]):
         self.key = key
-        self.runs: dict[str, list[WorkloadInfo]] = {}
+        runs: dict[str, list[WorkloadInfo]] = {}
         for w in items:
-            self.runs.setdefault(w.fit_signature, []).append(w)
+            sig = w.fit_signature
+            run = runs.get(sig)
+            if run is None:
+                runs[sig] = [w]
+            else:
+                run.append(w)
+        self.runs = runs
         for run in self.runs.values():
             # by (-priority, order_time, key): two stable passes with plain attribute keys (the
             # second, descending by priority, keeps the first's order among equal priorities)
