@@ -291,7 +291,9 @@ class CrashRun:
             if bad:
                 raise InvariantError(f"seed {self.seed}: safety violated ({what}): {bad}")
             last = await self.agreement()
-            quiet = quiet + 1 if not last else 0
+            # a restarted controller that has not completed a sync yet has decided nothing: not quiet
+            up = self.controller is not None and self.controller.synced.is_set()
+            quiet = quiet + 1 if not last and up else 0
             if quiet >= 3:
                 return
             if time.monotonic() > deadline:
