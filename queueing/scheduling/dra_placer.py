@@ -686,6 +686,23 @@ class DraPlacer:
                         self._applied[k] = cur
                 self._synced = state
                 return
+        # what differs, found at C speed (plans compare by identity); without shared claims the
+        # order of applying does not matter, as in the pass by keys above
+        stale = self._applied.items() - want.items()
+        fresh = want.items() - self._applied.items()
+        if not any(
+            pp.shared or pp.shared_new for d in (stale, fresh) for _, ps in d for p in ps for pp in p.pods
+        ):
+            for k, plans in stale:
+                for p in plans:
+                    self._unapply(p)
+                del self._applied[k]
+            for k, plans in fresh:
+                for p in plans:
+                    self._apply(p)
+                self._applied[k] = plans
+            self._synced = state
+            return
         for k, plans in list(self._applied.items()):
             cur = want.get(k)
             if cur is not plans and (

@@ -16,7 +16,7 @@ from queueing.api.registry import parse_object
 from queueing.api.resource import ResourceSlice
 from queueing.dra.gang import ClusterState, GangResult, place_gang
 from queueing.dra.inventory import Inventory, Pick, Usage
-from queueing.scheduling.dra_placer import DraPlacer
+from queueing.scheduling.dra_placer import DraPlacer, DraState
 from queueing.scheduling.from_api import ApiContext, workload_info
 from queueing.scheduling.jobs import workload_for_job
 from queueing.scheduling.placer import Placement, PlacementFailure
@@ -296,8 +296,13 @@ def test_placer_free_counts_stay_in_step_across_syncs() -> None:
     # back and forth between states (removals, the same plan twice): the counts kept in step equal
     # counts built afresh for the same state
     twice = placer.add(states[1], "other/key", placer.place(infos[0], {"main": 2}, {}, states[0]))  # type: ignore[arg-type]
-    for s in [states[2], states[0], twice, placer.remove(state, infos[1].key), state, states[1]]:
+    # (states without a parent are brought in step by comparing every key: the pass by differences)
+    unrelated = [DraState(dict(x.holds)) for x in (states[2], twice, states[0], state)]
+    for s in [states[2], states[0], twice, placer.remove(state, infos[1].key), state, states[1], *unrelated]:
         placer.sync(s)
+        assert placer.used_devices(s) == {
+            d for ps in s.holds.values() for p in ps for pp in p.pods for d in pp.devices
+        }
         kept = placer._free_counts()
         placer._free = None
         fresh = placer._free_counts()
