@@ -279,6 +279,12 @@ class Config(BaseSettings):
         "counts as freeing its devices: the preemptor's plan is recomputed (the victim is still drained).",
         default=300.0,
     )
+    node_only_confirm_timeout: float = _duration(
+        "How long devices released on a node stay held (not plannable) while an admission bound node only "
+        "on that node waits for kube-scheduler to allocate its claims: kube-scheduler could give it a "
+        "released device instead of its planned one. Past it the devices are plannable again.",
+        default=60.0,
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
 
     @classmethod
@@ -302,9 +308,9 @@ class Config(BaseSettings):
             raise ValueError(f"must be at least 10s, got {format_duration(seconds)}")
         return seconds
 
-    @field_validator("eviction_timeout", mode="before")
+    @field_validator("eviction_timeout", "node_only_confirm_timeout", mode="before")
     @classmethod
-    def _eviction_timeout(cls, v: object) -> float:
+    def _positive_duration(cls, v: object) -> float:
         seconds = parse_duration(v)
         if seconds <= 0:
             raise ValueError(f"must be positive, got {format_duration(seconds)}")

@@ -55,6 +55,7 @@ from queueing.api.v1beta1 import (
     ClusterQueue,
     Cohort,
     LocalQueue,
+    PodPlacement,
     ResourceFlavor,
     Workload,
     WorkloadPriorityClass,
@@ -222,6 +223,9 @@ class Controller:
         self._upstream: UpstreamView | None = None
         self._selectors = SelectorCache()
         self._verified: dict[str, Admission] = {}  # admissions whose allocations match the plan
+        # hold until confirmed: devices of a released admission on a node where an admission bound node
+        # only waits for kube-scheduler's allocation (which may take them): uid -> (deadline, devices)
+        self._held: dict[str, tuple[float, list[PodPlacement]]] = {}
         self.events = EventRecorder(kube, component)
         self.retry_backoff = retry_backoff
         # ClusterQueue/LocalQueue status is written at most once per period (a burst of admissions
@@ -718,6 +722,7 @@ class Controller:
         with contextlib.suppress(NotAdmitted):
             await self.ledger.finish(uid, at=now, reason="Succeeded" if succeeded else "Failed")
             fault_point("finish.after_ledger")
+        self._hold_released(uid)
         self.admitted.pop(uid, None)
         self.admissions.pop(uid, None)
         self._forget_binding(uid)
@@ -742,6 +747,7 @@ class Controller:
                 await self.ledger.release(
                     uid, at=self.clock(), reason="WorkloadDeleted", final_state="deleted"
                 )
+            self._hold_released(uid)
             self.admitted.pop(uid, None)
             self.admissions.pop(uid, None)
             self._forget_binding(uid)
@@ -937,7 +943,9 @@ class Controller:
         held: set[tuple[str, str, str]] = set()
         for adm in self.admissions.values():
             held |= ev.planned_devices(adm)
-        out = []
+        out = self._held_claims()
+        for c in out:
+            held |= {(r.driver, r.pool, r.device) for r in _allocated_results(c)}
         for c in self.claims.list():
             alloc = c.status.allocation
             per_pod = any(o.kind == "Pod" for o in c.metadata.owner_references or [])
@@ -1306,6 +1314,7 @@ class Controller:
                     uid, at=now, reason=e.reason, preemptor_uid=e.preemptor_uid, message=e.message
                 )
                 fault_point("eviction.after_ledger")
+            self._hold_released(uid)
             self.admitted.pop(uid, None)
             self.admissions.pop(uid, None)
             self._forget_binding(uid)
@@ -1431,6 +1440,71 @@ class Controller:
     def _forget_binding(self, uid: str) -> None:
         self._bindings.pop(uid, None)
         self._verified.pop(uid, None)
+
+    def _awaiting_allocation(self, but: str = "") -> set[str]:
+        """Nodes of admissions bound node only whose claims kube-scheduler has not allocated yet."""
+        mode = self.config.plan_binding_mode
+        if mode == "Full":
+            return set()
+        nodes: set[str] = set()
+        for uid, adm in self.admissions.items():
+            if uid == but or self._verified.get(uid) is adm:
+                continue
+            hit = self._bindings.get(uid)
+            if mode == "Auto" and (hit is None or not hit[1].node_only):
+                continue  # bound Full, or not decided yet (the decision sees the cluster as it is then)
+            nodes |= ev.planned_nodes(adm)
+        return nodes
+
+    def _hold_released(self, uid: str) -> None:
+        """Hold until confirmed: an admission is released while one bound node only on the same node
+        waits for kube-scheduler, which may give it a device released now instead of its planned one.
+        The released placements on such nodes stay held until every admission bound node only there is
+        confirmed (its allocation checked and recorded) or gone, or ``nodeOnlyConfirmTimeout`` passes."""
+        adm = self.admissions.get(uid)
+        if adm is None:
+            return
+        waiting = self._awaiting_allocation(but=uid)
+        placements = [
+            p for psa in adm.pod_set_assignments for p in psa.placements or [] if p.node_name in waiting
+        ]
+        if placements:
+            self._held[uid] = (self.clock() + self.config.node_only_confirm_timeout, placements)
+
+    def _held_claims(self) -> list[ResourceClaim]:
+        """The held devices as allocated claims for the placer (only the placer sees them). A hold ends
+        when no admission bound node only on its node awaits its allocation, or at its deadline."""
+        if not self._held:
+            return []
+        now = self.clock()
+        waiting = self._awaiting_allocation()
+        out: list[ResourceClaim] = []
+        for uid, (deadline, placements) in list(self._held.items()):
+            keep = [p for p in placements if p.node_name in waiting] if now < deadline else []
+            if not keep:
+                del self._held[uid]
+                continue
+            self._held[uid] = (deadline, keep)
+            self._wake_at(deadline)
+            for p in keep:
+                for i, c in enumerate(p.claims or []):
+                    if not c.devices:
+                        continue
+                    out.append(
+                        ResourceClaim.model_validate(
+                            {
+                                "metadata": {"name": f"held-{uid}-{p.index}-{i}", "namespace": "held"},
+                                "status": {
+                                    "allocation": {
+                                        "devices": {
+                                            "results": [_without_nulls(d.to_dict()) for d in c.devices]
+                                        }
+                                    }
+                                },
+                            }
+                        )
+                    )
+        return out
 
     def _binding(self, wl: Workload, admission: Admission) -> BindingDecision:
         """Node only or Full for this admission. ``Auto`` asks :func:`choose_binding` once per
@@ -1741,6 +1815,8 @@ class Controller:
             admission = new
         if complete:
             self._verified[wl.metadata.uid or ""] = admission
+            if self._held:
+                self._wake.set()  # devices held for this binding may be plannable again
 
     # ---- queue status
     async def _queue_status(self) -> None:

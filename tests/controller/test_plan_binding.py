@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from queueing.controller.controller import Controller
 from queueing.kube.client import JOBS, PODS, KubeClient
 from queueing.testing import Emulator
-from tests.controller.conftest import CONTROLLER_USER, GPU_CLASS, Harness, eventually, job
+from tests.controller.conftest import CONTROLLER_USER, GPU_CLASS, Harness, ManualTime, eventually, job
 from tests.controller.standins import StandIns
 from tests.controller.test_admission import (
     claim_devices,
     get,
+    is_true,
     job_pods,
     planned,
     running,
@@ -58,6 +60,24 @@ async def _started(emu: Emulator, job_name: str) -> str:
     ev = await eventually(lambda: events_for(emu, job_name, "Started"), f"the Started Event of {job_name}")
     assert len(ev) == 1
     return str(ev[0]["message"])
+
+
+async def _bound_node_only_unscheduled(
+    emu: Emulator, admin: KubeClient, cluster: StandIns, name: str, device: str
+) -> dict[str, Any]:
+    """A single-pod Job planned on ``device`` of node-a, bound node only; kube-scheduler does not get to
+    its pod (whose claim exists, unallocated) until the test lets it. Returns its Workload."""
+    cluster.unscheduled_jobs.add(name)
+    await admin.create(JOBS, job(name))
+    await eventually(
+        lambda: any((p.get("status") or {}).get("resourceClaimStatuses") for p in job_pods(emu, name)),
+        f"the pod of {name} and its claim exist",
+    )
+    wl = workload(emu, f"job-{name}")
+    assert wl is not None
+    assert _plan_devices(wl) == {"node-a": {(GPU_CLASS, "node-a", device)}}
+    assert "plan binding: node only" in await _started(emu, name)
+    return wl
 
 
 async def test_auto_single_pod_job_is_bound_node_only_and_lands_on_the_planned_devices(
@@ -166,16 +186,7 @@ async def test_an_allocation_other_than_the_plan_is_recorded_with_a_warning(
     }
     store.update(rt, "default", "outside", outside, subresource="status")
     c = await harness.start()
-    cluster.unscheduled_jobs.add("late")
-    await admin.create(JOBS, job("late"))
-    await eventually(
-        lambda: any((p.get("status") or {}).get("resourceClaimStatuses") for p in job_pods(emu, "late")),
-        "the pod and its claim exist",
-    )
-    wl = workload(emu, "job-late")
-    assert wl is not None
-    assert _plan_devices(wl) == {"node-a": {(GPU_CLASS, "node-a", "gpu-1")}}
-    assert "plan binding: node only" in await _started(emu, "late")
+    wl = await _bound_node_only_unscheduled(emu, admin, cluster, "late", "gpu-1")
     cluster.unscheduled_jobs.discard("late")
     store.delete(rt, "default", "outside")  # gpu-0 is free again; kube-scheduler runs now
     await eventually(lambda: running(emu, "late", 1), "the pod runs")
@@ -229,4 +240,93 @@ async def test_auto_single_pod_group_is_bound_node_only(
     )
     w = _writes(emu, before)
     assert w[("patch", "resourceclaims/status")] == 0 and w[("patch", "pods")] == 1
+    assert not cluster.errors
+
+
+def _allocated(emu: Emulator) -> list[tuple[str, str, str]]:
+    """Every device of every allocated claim (a device twice: in two claims)."""
+    return [
+        d
+        for claim in emu.store.list(emu.store.resource(*CLAIMS), None, None)[0]
+        if (claim.get("status") or {}).get("allocation")
+        for d in claim_devices(claim)
+    ]
+
+
+def _has_admission(emu: Emulator, name: str) -> bool:
+    return bool(((workload(emu, name) or {}).get("status") or {}).get("admission"))
+
+
+async def _b_finishes_while_a_waits(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> Controller:
+    """Job a is bound node only on node-a, planned gpu-3 (what kube-scheduler picks while gpu-0..2 are
+    allocated); before kube-scheduler gets to a's pod, Job b finishes and frees gpu-0. Then Job c comes,
+    needing one device when only gpu-0 is free; returned once the controller looked at c."""
+    c = await harness.start()
+    for name, template, node in (
+        ("b", "gpu-1", "node-a"),
+        ("fill", "gpu-4", "node-b"),
+        ("pad", "gpu-2", "node-a"),
+    ):
+        await admin.create(JOBS, job(name, template=template))
+        await eventually(lambda n=name: running(emu, n, 1), f"Job {name} runs")  # type: ignore[misc]
+        assert list(_pod_devices(emu, name)) == [node]
+    assert _pod_devices(emu, "b") == {"node-a": {(GPU_CLASS, "node-a", "gpu-0")}}
+    await _bound_node_only_unscheduled(emu, admin, cluster, "a", "gpu-3")
+    assert cluster.finish_pods("default", "b") == 1
+    await eventually(lambda: is_true(workload(emu, "job-b"), "Finished"), "b finished")
+    await eventually(lambda: (GPU_CLASS, "node-a", "gpu-0") not in _allocated(emu), "b's claim is gone")
+    await admin.create(JOBS, job("c"))
+    await eventually(
+        lambda: "default/job-c" in c.pending_reasons or _has_admission(emu, "job-c"),
+        "c is left pending or planned",
+    )
+    return c
+
+
+async def test_devices_released_while_a_node_only_binding_waits_are_held_until_it_is_confirmed(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """Hold until confirmed: kube-scheduler will give a the freed gpu-0, so c must not be planned on it
+    until a's claim is allocated; then a's record takes gpu-0 and c gets gpu-3."""
+    c = await _b_finishes_while_a_waits(emu, admin, harness, cluster)
+    assert not _has_admission(emu, "job-c"), "c was planned on the device a will get"
+    assert not job_pods(emu, "c")
+    cluster.unscheduled_jobs.discard("a")
+    cluster.step()  # kube-scheduler gets to a's pod: it takes the first free device, gpu-0
+    await eventually(lambda: running(emu, "a", 1) and running(emu, "c", 1), "a and c run")
+    assert _pod_devices(emu, "a") == {"node-a": {(GPU_CLASS, "node-a", "gpu-0")}}
+    assert await eventually(lambda: events_for(emu, "job-a", "AllocationDiffers"), "a's allocation differs")
+    wl_c = workload(emu, "job-c")
+    assert wl_c is not None
+    assert _plan_devices(wl_c) == _pod_devices(emu, "c") == {"node-a": {(GPU_CLASS, "node-a", "gpu-3")}}
+    counts = Counter(_allocated(emu))
+    assert max(counts.values()) == 1, f"a device in two claims: {counts}"
+    assert {(GPU_CLASS, "node-a", f"gpu-{i}") for i in range(4)} <= set(counts)
+    assert not c._held
+    assert not cluster.errors
+
+
+async def test_held_devices_are_plannable_again_after_the_confirm_timeout(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """kube-scheduler never gets to a's pod: after ``nodeOnlyConfirmTimeout`` gpu-0 is plannable again
+    and c gets it; a, scheduled at last, gets its planned gpu-3."""
+    clock = ManualTime()
+    harness.controller_kwargs["clock"] = clock
+    c = await _b_finishes_while_a_waits(emu, admin, harness, cluster)
+    assert not _has_admission(emu, "job-c")
+    clock.advance(c.config.node_only_confirm_timeout)
+    c.wake()
+    await eventually(lambda: running(emu, "c", 1), "c runs")
+    wl_c = workload(emu, "job-c")
+    assert wl_c is not None
+    assert _plan_devices(wl_c) == _pod_devices(emu, "c") == {"node-a": {(GPU_CLASS, "node-a", "gpu-0")}}
+    assert not c._held
+    cluster.unscheduled_jobs.discard("a")
+    cluster.step()
+    await eventually(lambda: running(emu, "a", 1), "a runs")
+    assert _pod_devices(emu, "a") == {"node-a": {(GPU_CLASS, "node-a", "gpu-3")}}
+    assert max(Counter(_allocated(emu)).values()) == 1
     assert not cluster.errors
