@@ -1740,7 +1740,10 @@ class Controller:
                 patch_type="strategic",
                 what=f"bind Pod {pod.key}",
             )
-            self.pods.observe(raw)
+            labels = (raw.get("metadata") or {}).get("labels") or {}
+            for informer, label in ((self.pods, WORKLOAD_UID_LABEL), (self.group_pods, POD_GROUP_LABEL)):
+                if label in labels:  # the informer that watches it (a pod group's pods: group_pods)
+                    informer.observe(raw)
             self.stats.pods_ungated += 1
             fault_point("bind.after_pod")
 
