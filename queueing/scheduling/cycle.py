@@ -364,7 +364,7 @@ def run_cycle(
     admissions: list[Admission] = []
     plans: list[PreemptionPlan] = []
     taken: set[str] = set()  # victims planned this cycle
-    pool_by_root: dict[str, list[AdmittedWorkload]] = {}
+    pool_by_root: dict[str, list[AdmittedWorkload]] | None = None
     qs = {
         name: _Queue(lst, (lambda w, c=cqs[name]: within_key(c, w)))  # type: ignore[misc]
         for name, lst in queues.items()
@@ -451,13 +451,17 @@ def run_cycle(
             continue
         if not out.hard and out.preemptible:
             root = tree.root_of(name)
-            if root not in pool_by_root:
-                pool_by_root[root] = [
-                    c
-                    for c in candidates_pool
-                    if tree.has_cq(c.cluster_queue) and tree.root_of(c.cluster_queue) == root
-                ]
-            pool = [c for c in pool_by_root[root] if c.key not in taken]
+            if pool_by_root is None:  # the candidates by cohort tree, once per cycle
+                pool_by_root = {}
+                root_of: dict[str, str] = {}
+                for c in candidates_pool:
+                    croot = root_of.get(c.cluster_queue)
+                    if croot is None:
+                        if not tree.has_cq(c.cluster_queue):
+                            continue
+                        croot = root_of[c.cluster_queue] = tree.root_of(c.cluster_queue)
+                    pool_by_root.setdefault(croot, []).append(c)
+            pool = [c for c in pool_by_root.get(root, ()) if c.key not in taken]
             plan = plan_preemption(
                 wl, cq, full, out.preemptible, tree, state, pool, assigner, placer, config, cqs
             )
