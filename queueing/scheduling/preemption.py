@@ -322,17 +322,13 @@ def _search(
 ) -> list[AdmittedWorkload] | None:
     if not cands:
         return None
-    # a single victim, best first (quota first: cheap)
-    for c in cands:
-        if (
-            _removable(ctx, base, c)
-            and ctx.quota_fits([*base, c], allow_borrow)
-            and ctx.fits([*base, c], allow_borrow) is not None
-        ):
-            return [c]
-    # before the greedy pass, the necessary condition: with every candidate gone it must fit
+    # cheap necessary condition: with every candidate gone it must fit
     if ctx.fits([*base, *cands], allow_borrow) is None:
         return None
+    # a single victim, best first
+    for c in cands:
+        if _removable(ctx, base, c) and ctx.fits([*base, c], allow_borrow) is not None:
+            return [c]
     # greedy in candidate order, then put back what is not needed
     removed: list[AdmittedWorkload] = []
     fitted = False
