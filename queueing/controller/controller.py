@@ -133,7 +133,7 @@ from queueing.ledger.state import LocalQueueSpec as LedgerLocalQueue
 from queueing.ledger.state import QuotaSpec
 from queueing.ledger.state import WorkloadSpec as LedgerWorkload
 from queueing.scheduling.cycle import Admission as CycleAdmission
-from queueing.scheduling.cycle import PendingReason, run_cycle
+from queueing.scheduling.cycle import PendingReason, inactive_cluster_queues, run_cycle
 from queueing.scheduling.dra_placer import DraPlacer
 from queueing.scheduling.fairshare import weighted_shares
 from queueing.scheduling.from_api import (
@@ -844,7 +844,13 @@ class Controller:
             q.stop_policy == "HoldAndDrain" for q in specs.local_queues
         )
         if not pending and not (draining and self.admitted):
-            self.inactive_cluster_queues = {}
+            # no cycle to run, but a queue on a cohort cycle, stopped or missing a flavor is inactive all
+            # the same
+            self.inactive_cluster_queues = inactive_cluster_queues(
+                ClusterSnapshot(
+                    cluster_queues=specs.cluster_queues, cohorts=specs.cohorts, flavors=specs.flavors
+                )
+            )
             self._pending_metrics({}, by_key)
             return
         admitted = tuple(self._as_admitted(uid, a) for uid, a in self.admitted.items())

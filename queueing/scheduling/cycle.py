@@ -47,7 +47,7 @@ from queueing.scheduling.snapshot import (
     WorkloadInfo,
 )
 
-__all__ = ["Admission", "CycleResult", "Eviction", "PendingReason", "run_cycle"]
+__all__ = ["Admission", "CycleResult", "Eviction", "PendingReason", "inactive_cluster_queues", "run_cycle"]
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,11 @@ class CycleResult:
 _ZERO = Fraction(0)
 
 
-def _inactive(snapshot: ClusterSnapshot, tree: QuotaTree) -> dict[str, str]:
+def inactive_cluster_queues(snapshot: ClusterSnapshot, tree: QuotaTree | None = None) -> dict[str, str]:
+    """ClusterQueue name -> why it is inactive (on a cohort cycle, stopped, a flavor missing); only
+    the queue objects of the snapshot matter."""
+    if tree is None:
+        tree = QuotaTree(snapshot.cluster_queues, snapshot.cohorts)
     flavors = {f.name for f in snapshot.flavors}
     out: dict[str, str] = {}
     for cq in snapshot.cluster_queues:
@@ -203,7 +207,7 @@ def run_cycle(
     cqs = {cq.name: cq for cq in snapshot.cluster_queues}
     lqs: dict[str, LocalQueueSpec] = {lq.key: lq for lq in snapshot.local_queues}
     tree = QuotaTree(snapshot.cluster_queues, snapshot.cohorts)
-    inactive = _inactive(snapshot, tree)
+    inactive = inactive_cluster_queues(snapshot, tree)
     assigner = Assigner(flavors, placer)
     afs = config.admission_fair_sharing
 

@@ -314,3 +314,17 @@ async def test_bad_queue_configuration_is_reported_and_others_are_served(
     assert harness.controller is not None and harness.controller._task is not None
     assert not harness.controller._task.done()
     assert not cluster.errors
+
+
+async def test_a_cluster_queue_on_a_cohort_cycle_is_inactive_with_nothing_pending(
+    emu: Emulator, harness: Harness
+) -> None:
+    """No workload waits, so no scheduling cycle runs: the ClusterQueue's status says all the same
+    that it is inactive, and why."""
+    emu.load_objects([cohort("ring-a", "ring-b"), cohort("ring-b", "ring-a"), bad_cq(cohort="ring-a")])
+    await harness.start()
+    msg = await eventually(
+        lambda: (m := queue_messages(emu, *CQ)) and "ring-a -> ring-b -> ring-a" in m and m,
+        f"Active=False on bad-cq naming the cycle; got {queue_messages(emu, *CQ)!r}",
+    )
+    assert "cycle" in msg.lower()
