@@ -79,6 +79,7 @@ from queueing.controller.plan import (
     fmt_time,
     is_implicit_claim,
     job_finished,
+    ledger_pods,
     ledger_request,
     needs_gate,
     plan_summary,
@@ -1807,6 +1808,12 @@ class Controller:
                 return
             uid = wl.metadata.uid or ""
             self.admissions[uid] = new
+            try:  # the ledger's plan rows follow (charges are the same: devices of the same classes)
+                await self.ledger.rebind(
+                    uid, ledger_pods(new, self._claim_specs(wl), DeviceIndex(self.slices.list()))
+                )
+            except LedgerError as e:
+                log.warning("the ledger did not take the allocated devices of %s: %s", wl.key, e)
             a = self.admitted.get(uid)
             if a is not None:
                 old = a.placement if isinstance(a.placement, Placement) else Placement(nodes=())
@@ -1819,7 +1826,7 @@ class Controller:
                 "AllocationDiffers",
                 "kube-scheduler allocated other devices than planned: "
                 + "; ".join(differs)
-                + ". The plan now records the allocated devices.",
+                + ". The plan and the ledger now record the allocated devices.",
             )
             admission = new
         if complete:

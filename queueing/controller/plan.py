@@ -37,6 +37,7 @@ __all__ = [
     "fmt_time",
     "is_implicit_claim",
     "job_finished",
+    "ledger_pods",
     "ledger_request",
     "needs_gate",
     "plan_summary",
@@ -169,10 +170,19 @@ def ledger_request(
         for (flavor, resource), v in sorted(adm.assignment.usage.items())
         if v
     )
-    pods: list[PodPlan] = []
+    pods = ledger_pods(admission, claim_specs, devices)
     flavors: dict[str, str] = {}
     for a in admission.pod_set_assignments:
         flavors.update(a.flavors or {})
+    return AdmissionRequest(uid, adm.cluster_queue, charges, pods, flavors)
+
+
+def ledger_pods(
+    admission: Admission, claim_specs: Mapping[str, ResourceClaimSpec], devices: DeviceIndex
+) -> tuple[PodPlan, ...]:
+    """The ledger's plan rows of an admission: per pod its node and devices (class, memory)."""
+    pods: list[PodPlan] = []
+    for a in admission.pod_set_assignments:
         for p in a.placements or []:
             planned: list[PlannedDevice] = []
             seen: set[str] = set()
@@ -193,7 +203,7 @@ def ledger_request(
                         )
                     )
             pods.append(PodPlan(p.index, p.node_name, tuple(planned), pod_set=a.name))
-    return AdmissionRequest(uid, adm.cluster_queue, charges, tuple(pods), flavors)
+    return tuple(pods)
 
 
 # ---------------------------------------------------------------------------- claims

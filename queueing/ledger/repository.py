@@ -689,6 +689,29 @@ class Ledger:
             )
         ).scalar_one_or_none()
 
+    async def rebind(self, uid: str, pods: Sequence[PodPlan]) -> bool:
+        """Record the node and devices the pods of ``uid``'s active admission actually got (when
+        kube-scheduler allocated other devices than planned): the plan rows of those pods are
+        replaced; charges and the journal stay (the same number of devices of the same classes).
+        False when the workload has no active admission."""
+        async with self.engine.begin() as c:
+            aid = (
+                await c.execute(
+                    select(m.Admission.id).where(
+                        m.Admission.workload_uid == uid, m.Admission.released_at_ms.is_(None)
+                    )
+                )
+            ).scalar_one_or_none()
+            if aid is None:
+                return False
+            for p in pods:
+                await c.execute(
+                    update(m.AdmissionPod)
+                    .where(m.AdmissionPod.admission_id == aid, m.AdmissionPod.pod_index == p.pod_index)
+                    .values(node=p.node, devices_json=_devices_json(p.devices))
+                )
+        return True
+
     async def _active_admission_id(self, uid: str) -> int | None:
         async with self.engine.connect() as c:
             return (

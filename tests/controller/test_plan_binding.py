@@ -11,6 +11,7 @@ from typing import Any
 
 from queueing.controller.controller import Controller
 from queueing.kube.client import JOBS, PODS, KubeClient
+from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from tests.controller.conftest import CONTROLLER_USER, GPU_CLASS, Harness, ManualTime, eventually, job
 from tests.controller.standins import StandIns
@@ -159,7 +160,7 @@ async def test_auto_gang_is_bound_full(
 
 
 async def test_an_allocation_other_than_the_plan_is_recorded_with_a_warning(
-    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger
 ) -> None:
     """gpu-0 of node-a is held by a claim outside queueing: the Job is planned on gpu-1, which is what
     kube-scheduler would pick, so it is bound node only. gpu-0 is released before kube-scheduler gets to
@@ -202,6 +203,9 @@ async def test_an_allocation_other_than_the_plan_is_recorded_with_a_warning(
     )
     uid = wl["metadata"]["uid"]
     assert c.admissions[uid].planned_devices == 1
+    # the ledger's plan rows too (what the device-hour reports and a restart read)
+    (pod,) = (await ledger.load_state()).admissions[uid].pods
+    assert (pod.node, [d.device for d in pod.devices]) == ("node-a", [f"{GPU_CLASS}/node-a/gpu-0"])
     # the record holds gpu-0 now: the next Job is planned on gpu-1 and gets it
     await admin.create(JOBS, job("next"))
     await eventually(lambda: running(emu, "next", 1), "the next Job runs")

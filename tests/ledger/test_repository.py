@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import pytest
-from sqlalchemy import insert, select, text
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 
 from queueing.ledger import models as m
@@ -71,6 +71,26 @@ async def test_admit_reserves_quota_records_plan_and_journal(ledger: Ledger) -> 
         ("reserve", "device_memory", "", "gpu.nvidia.com", Q("48Gi")),
     ]
     assert all(r.at_ms == int(sc.t(0, 1).timestamp() * 1000) for r in rows)
+
+
+async def test_rebind_records_the_devices_the_pods_got(ledger: Ledger) -> None:
+    """kube-scheduler allocated other devices than planned: the plan rows take them; the charges and
+    the journal stay; a workload without an active admission is refused."""
+    await setup_queues(ledger)
+    await add(ledger, "w1")
+    await ledger.admit(AdmissionRequest("w1", "team-a", sc.gpu(2), sc.devices(2)), at=sc.t(0, 1))
+    async with ledger.engine.connect() as c:
+        journal = (await c.execute(select(func.count()).select_from(m.JournalEntry))).scalar_one()
+    assert await ledger.rebind("w1", sc.devices(2, node="node-2"))
+    adm = (await ledger.load_state()).admissions["w1"]
+    assert adm.nodes == {"node-2"}
+    assert adm.devices == ("gpu.nvidia.com/node-2/gpu-0", "gpu.nvidia.com/node-2/gpu-1")
+    assert adm.charges == sc.gpu(2)
+    async with ledger.engine.connect() as c:
+        assert (await c.execute(select(func.count()).select_from(m.JournalEntry))).scalar_one() == journal
+    await ledger.finish("w1", at=sc.t(0, 2))
+    assert not await ledger.rebind("w1", sc.devices(2))
+    assert not await ledger.rebind("nobody", sc.devices(1))
 
 
 async def test_exact_quantities_round_trip(ledger: Ledger) -> None:
