@@ -25,13 +25,13 @@ What a cycle does:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from operator import attrgetter
 from typing import Any
 
 from queueing.scheduling.assign import Assigner, Assignment
+from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.config import SchedulingConfig
 from queueing.scheduling.fairshare import share_key
 from queueing.scheduling.ordering import entry_penalty, usage_by_resource, weighted_usage
@@ -47,7 +47,15 @@ from queueing.scheduling.snapshot import (
     WorkloadInfo,
 )
 
-__all__ = ["Admission", "CycleResult", "Eviction", "PendingReason", "inactive_cluster_queues", "run_cycle"]
+__all__ = [
+    "Admission",
+    "CycleResult",
+    "Eviction",
+    "PendingReason",
+    "PendingReasons",
+    "inactive_cluster_queues",
+    "run_cycle",
+]
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,58 @@ class PendingReason:
     message: str
 
 
+class PendingReasons(Mapping[str, PendingReason]):
+    """Workload key -> its pending reason. A reason often applies to a whole run of workloads (the
+    rest of a run whose head did not fit): those are kept as one group and only indexed by key when
+    looked up by key; ``groups()`` gives them as they are, which is what a caller comparing with
+    the previous cycle's reasons needs."""
+
+    def __init__(self) -> None:
+        self._one: dict[str, PendingReason] = {}
+        self._groups: list[tuple[list[WorkloadInfo], PendingReason]] = []
+        self._index: dict[str, PendingReason] | None = None
+
+    def set(self, key: str, reason: PendingReason) -> None:
+        self._one[key] = reason
+        self._index = None
+
+    def set_all(self, workloads: list[WorkloadInfo], reason: PendingReason) -> None:
+        """The same reason for every workload of ``workloads`` (the list is kept: do not change it)."""
+        if workloads:
+            self._groups.append((workloads, reason))
+            self._index = None
+
+    def discard(self, key: str) -> None:
+        if self._one.pop(key, None) is not None:
+            self._index = None
+
+    def groups(self) -> Iterator[tuple[Sequence[WorkloadInfo] | None, str | None, PendingReason]]:
+        """``(workloads, None, reason)`` per group, ``(None, key, reason)`` per single entry."""
+        for key, r in self._one.items():
+            yield None, key, r
+        for ws, r in self._groups:
+            yield ws, None, r
+
+    def _all(self) -> dict[str, PendingReason]:
+        if self._index is None:
+            idx: dict[str, PendingReason] = {}
+            for ws, r in self._groups:
+                idx.update(dict.fromkeys([w.key for w in ws], r))
+            idx.update(self._one)
+            self._index = idx
+        return self._index
+
+    def __getitem__(self, key: str) -> PendingReason:
+        got = self._one.get(key)
+        return got if got is not None else self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
 @dataclass(frozen=True)
 class CycleResult:
     admissions: tuple[Admission, ...] = ()
@@ -128,30 +188,13 @@ def inactive_cluster_queues(snapshot: ClusterSnapshot, tree: QuotaTree | None = 
     return out
 
 
-_priority = attrgetter("priority")
-_time_key = attrgetter("order_time", "key")
-
-
 class _Queue:
-    """A ClusterQueue's pending workloads: one sorted run per fit signature, merged by a heap."""
+    """A ClusterQueue's pending workloads: its sorted runs (see ``backlog``), merged by a heap."""
 
-    def __init__(self, items: list[WorkloadInfo], key: Callable[[WorkloadInfo], tuple[Any, ...]]):
+    def __init__(self, runs: dict[str, list[WorkloadInfo]], key: Callable[[WorkloadInfo], tuple[Any, ...]]):
         self.key = key
-        runs: dict[str, list[WorkloadInfo]] = {}
-        for w in items:
-            sig = w.fit_signature
-            run = runs.get(sig)
-            if run is None:
-                runs[sig] = [w]
-            else:
-                run.append(w)
-        self.runs = runs
-        for run in self.runs.values():
-            # by (-priority, order_time, key): two stable passes with plain attribute keys (the
-            # second, descending by priority, keeps the first's order among equal priorities)
-            run.sort(key=_time_key)
-            run.sort(key=_priority, reverse=True)
-        self.pos = dict.fromkeys(self.runs, 0)
+        self.runs = runs  # only read: ``pos`` moves through them
+        self.pos = dict.fromkeys(runs, 0)
         self.rekey()
 
     def rekey(self) -> None:
@@ -254,73 +297,69 @@ def run_cycle(
     ]
 
     # ---- queues ------------------------------------------------------------------------------------
-    pending: dict[str, PendingReason] = {}
-    queues: dict[str, list[WorkloadInfo]] = {}
-    ns_ok: dict[tuple[str, str], bool] = {}
-    # (LocalQueue key, namespace) -> the ClusterQueue to queue in, or why not (the same for every
-    # workload of that LocalQueue: decided once)
-    routed: dict[tuple[str, str], str | PendingReason] = {}
-    # LocalQueue key (it names the namespace) -> the list of the ClusterQueue it routes to
-    fast: dict[str, list[WorkloadInfo]] = {}
-    for wl in snapshot.pending:
-        if wl.active and (wl.backoff_until is None or wl.backoff_until <= now):
-            into = fast.get(wl.queue_key)
-            if into is not None:
-                into.append(wl)
-                continue
-            route = routed.get((wl.queue_key, wl.namespace))
-            if isinstance(route, PendingReason):
-                pending[wl.key] = route
-                continue
+    pending = PendingReasons()
+    backlog = snapshot.backlog
+    if backlog is None:
+        backlog = Backlog(snapshot.pending, released=now)
+    elif snapshot.pending:
+        raise ValueError("ClusterSnapshot: pending workloads go either in pending or in backlog, not both")
+    elif now < backlog.released:
+        raise ValueError(f"the backlog was released up to t={backlog.released:g}s, after now (t={now:g}s)")
+    elif any(
+        w.active and w.backoff_until is not None and w.backoff_until <= now for w in backlog.held.values()
+    ):
+        backlog = Backlog(backlog, released=now)  # backoffs ended but not released: a released copy
+    for wl in backlog.held.values():
         lq = lqs.get(wl.queue_key)
         cq_name = lq.cluster_queue if lq else None
         if not wl.active:
-            pending[wl.key] = PendingReason(cq_name, "Deactivated", "the workload is deactivated")
-            continue
-        if wl.backoff_until is not None and wl.backoff_until > now:
-            pending[wl.key] = PendingReason(
-                cq_name, "Backoff", f"requeue backoff until t={wl.backoff_until:g}s"
+            pending.set(wl.key, PendingReason(cq_name, "Deactivated", "the workload is deactivated"))
+        else:
+            pending.set(
+                wl.key, PendingReason(cq_name, "Backoff", f"requeue backoff until t={wl.backoff_until:g}s")
             )
-            continue
-        rkey = (wl.queue_key, wl.namespace)
+
+    ns_ok: dict[tuple[str, str], bool] = {}
+
+    def route(queue_key: str, namespace: str) -> str | PendingReason:
+        """The ClusterQueue a LocalQueue's workloads queue in, or why they cannot."""
+        lq = lqs.get(queue_key)
         if lq is None:
-            pending[wl.key] = routed[rkey] = PendingReason(
-                None, "Inadmissible", f"LocalQueue {wl.queue_key} doesn't exist"
-            )
-            continue
+            return PendingReason(None, "Inadmissible", f"LocalQueue {queue_key} doesn't exist")
         if lq.stop_policy != "None":
-            pending[wl.key] = routed[rkey] = PendingReason(
-                cq_name, "Inadmissible", f"LocalQueue {lq.key} is stopped"
-            )
-            continue
+            return PendingReason(lq.cluster_queue, "Inadmissible", f"LocalQueue {lq.key} is stopped")
         cq = cqs.get(lq.cluster_queue)
         if cq is None:
-            pending[wl.key] = routed[rkey] = PendingReason(
-                cq_name, "Inadmissible", f"ClusterQueue {lq.cluster_queue} doesn't exist"
+            return PendingReason(
+                lq.cluster_queue, "Inadmissible", f"ClusterQueue {lq.cluster_queue} doesn't exist"
             )
-            continue
         if cq.name in inactive:
-            pending[wl.key] = routed[rkey] = PendingReason(
+            return PendingReason(
                 cq.name, "Inadmissible", f"ClusterQueue {cq.name} is inactive: {inactive[cq.name]}"
             )
-            continue
-        sel_key = (cq.name, wl.namespace)
+        sel_key = (cq.name, namespace)
         selected = ns_ok.get(sel_key)
         if selected is None:
-            ns_labels = snapshot.namespaces.get(wl.namespace, {})
+            ns_labels = snapshot.namespaces.get(namespace, {})
             selected = cq.namespace_selector is not None and cq.namespace_selector.matches(ns_labels)
             ns_ok[sel_key] = selected
         if not selected:
-            pending[wl.key] = routed[rkey] = PendingReason(
+            return PendingReason(
                 cq.name,
                 "Inadmissible",
-                f"namespace {wl.namespace} doesn't match the selector of ClusterQueue {cq.name}",
+                f"namespace {namespace} doesn't match the selector of ClusterQueue {cq.name}",
             )
-            continue
-        routed[rkey] = cq.name
-        into = queues.setdefault(cq.name, [])
-        into.append(wl)
-        fast[wl.queue_key] = into
+        return cq.name
+
+    # ClusterQueue -> its LocalQueues' runs (the backlog's lists, only read here)
+    queues: dict[str, dict[str, list[WorkloadInfo]]] = {}
+    for queue_key, runs in backlog.queues.items():
+        to = route(queue_key, next(iter(runs.values()))[0].namespace)
+        if isinstance(to, PendingReason):
+            for run in runs.values():
+                pending.set_all(list(run), to)
+        else:
+            queues.setdefault(to, {}).update(runs)
 
     # admission fair sharing: local copies of decayed usage, growing by entry penalties
     lq_usage: dict[str, dict[str, float]] = {k: dict(v) for k, v in snapshot.local_queue_usage.items()}
@@ -370,18 +409,26 @@ def run_cycle(
     taken: set[str] = set()  # victims planned this cycle
     pool_by_root: dict[str, list[AdmittedWorkload]] | None = None
     qs = {
-        name: _Queue(lst, (lambda w, c=cqs[name]: within_key(c, w)))  # type: ignore[misc]
-        for name, lst in queues.items()
+        name: _Queue(runs, (lambda w, c=cqs[name]: within_key(c, w)))  # type: ignore[misc]
+        for name, runs in queues.items()
     }
     # the best head over all ClusterQueues: a heap of (head key, version, queue); an entry is
     # current while its version is the queue's. A queue's key is recomputed when its head changed
-    # (``stale``) or its cohort tree's usage changed (``dirty_roots``); keys end in the workload's
-    # key, so they are unique and the heap's top is the minimum over all queues with a head.
+    # (``stale``) or the usage of a quota-tree node its key depends on changed (``dirty``); keys end
+    # in the workload's key, so they are unique and the heap's top is the minimum over all queues
+    # with a head. With fair sharing a key depends on the shares of the nodes on the queue's path
+    # below the root (each from its own usage; what it could borrow is fixed by the quotas);
+    # without, on whether it must borrow, which any usage in its cohort tree changes.
     stale: set[str] = set(queues)
-    dirty_roots: set[str] = set()
-    by_root: dict[str, list[str]] = {}
+    dirty: set[str] = set()
+
+    def key_nodes(cq_name: str) -> list[str]:
+        return tree.path(cq_name)[1:] if config.fair_sharing.enable else [tree.root_of(cq_name)]
+
+    by_node: dict[str, list[str]] = {}
     for n in queues:
-        by_root.setdefault(tree.root_of(n), []).append(n)
+        for nid in key_nodes(n):
+            by_node.setdefault(nid, []).append(n)
     heap: list[tuple[tuple[Any, ...], int, str]] = []
     version: dict[str, int] = {}
 
@@ -394,7 +441,7 @@ def run_cycle(
         q = qs[name]
         stale.add(name)
         if failed is not None:
-            pending.update(dict.fromkeys([w.key for w in q.drop_head_kind()], failed))
+            pending.set_all(q.drop_head_kind(), failed)
         else:
             q.pop_head()
         if afs is not None and cqs[name].admission_fair_sharing:
@@ -404,9 +451,7 @@ def run_cycle(
         reason = PendingReason(
             name, "Pending", f"StrictFIFO: waiting behind {head.key} in ClusterQueue {name}"
         )
-        for w in qs[name].drain():
-            if w.key != head.key:
-                pending[w.key] = reason
+        pending.set_all([w for w in qs[name].drain() if w.key != head.key], reason)
         stale.add(name)
 
     def charge_afs(wl: WorkloadInfo, cq: str, usage: Mapping[FlavorResource, Fraction]) -> None:
@@ -423,9 +468,9 @@ def run_cycle(
     while True:
         todo = stale
         stale = set()
-        for r in dirty_roots:
-            todo.update(by_root.get(r, ()))
-        dirty_roots = set()
+        for nid in dirty:
+            todo.update(by_node.get(nid, ()))
+        dirty = set()
         for n in todo:
             v = version.get(n, 0) + 1
             version[n] = v
@@ -449,8 +494,8 @@ def run_cycle(
             state = placer.add(state, wl.key, fit.placement)
             admissions.append(Admission(wl, name, fit))
             charge_afs(wl, name, fit.usage)
-            pending.pop(wl.key, None)
-            dirty_roots.add(tree.root_of(name))
+            pending.discard(wl.key)
+            dirty.update(key_nodes(name))
             advance(name)
             continue
         if not out.hard and out.preemptible:
@@ -474,8 +519,8 @@ def run_cycle(
                 taken.update(v.key for v in plan.victims)
                 tree.add_usage(name, plan.assignment.usage)
                 state = placer.add(state, wl.key, plan.assignment.placement)
-                pending[wl.key] = PendingReason(name, "Preempting", plan.message)
-                dirty_roots.add(tree.root_of(name))
+                pending.set(wl.key, PendingReason(name, "Preempting", plan.message))
+                dirty.update(key_nodes(name))
                 if cq.queueing_strategy == "StrictFIFO":
                     block(name, wl)
                 else:
@@ -508,12 +553,12 @@ def run_cycle(
                 state = placer.add(state, wl.key, best.placement)
                 admissions.append(Admission(wl, name, best))
                 charge_afs(wl, name, best.usage)
-                pending.pop(wl.key, None)
-                dirty_roots.add(tree.root_of(name))
+                pending.discard(wl.key)
+                dirty.update(key_nodes(name))
                 advance(name)
                 continue
         reason = PendingReason(name, "Pending", out.message)
-        pending[wl.key] = reason
+        pending.set(wl.key, reason)
         if cq.queueing_strategy == "StrictFIFO":
             block(name, wl)
         else:

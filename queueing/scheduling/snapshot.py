@@ -20,9 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from queueing.api.quantity import Quantity
+
+if TYPE_CHECKING:
+    from queueing.scheduling.backlog import Backlog
 
 __all__ = [
     "AdmittedWorkload",
@@ -345,3 +348,6 @@ class ClusterSnapshot:
     # ClusterQueue name (resource -> amount); see ordering.DecayedUsage
     local_queue_usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     cluster_queue_usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # instead of ``pending``: the pending workloads kept sorted by the caller between cycles
+    # (``backlog.Backlog``; the cycle only reads it)
+    backlog: Backlog | None = None

@@ -21,11 +21,13 @@ import gc
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter, itemgetter
 
 from queueing.scheduling import SchedulingConfig, run_cycle
-from queueing.scheduling.cycle import Admission, CycleResult
+from queueing.scheduling.backlog import Backlog
+from queueing.scheduling.cycle import Admission, CycleResult, PendingReason, PendingReasons
 from queueing.scheduling.dra_placer import DraPlacer, DraState
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
 from queueing.scheduling.requeue import next_requeue
@@ -141,6 +143,18 @@ class SimResult:
 
 
 ProgressFn = Callable[[int, int, float], None]  # (jobs done, jobs, virtual time)
+_key = attrgetter("key")
+
+
+def pending_groups(
+    pending: Mapping[str, PendingReason],
+) -> Iterator[tuple[Sequence[WorkloadInfo] | None, str | None, PendingReason]]:
+    """A cycle's pending reasons as groups (see ``PendingReasons.groups``), from any mapping."""
+    if isinstance(pending, PendingReasons):
+        yield from pending.groups()
+    else:
+        for key, pr in pending.items():
+            yield None, key, pr
 
 
 class Simulation:
@@ -189,13 +203,13 @@ class Simulation:
         lq_of = {lq.key: lq.cluster_queue for lq in q.local_queues}
         arrivals = sorted(sc.jobs, key=lambda j: (j.arrival, j.key))
         ai = 0
-        pending: dict[str, WorkloadInfo] = {}
+        pending = Backlog()  # kept sorted between cycles (see scheduling.backlog)
         running: dict[str, AdmittedWorkload] = {}
         started: dict[str, int] = {}  # key -> admission serial (to ignore stale finish entries)
         ends: list[tuple[float, int, str]] = []
         serial = 0
         requeues: dict[str, int] = {}
-        last_reason: dict[str, tuple[str, str, str | None]] = {}
+        last_reason: dict[str, PendingReason] = {}
         events: list[SimEvent] = []
         samples: list[Sample] = []
         stats: dict[str, QueueSummary] = {cq.name: QueueSummary() for cq in q.cluster_queues}
@@ -224,12 +238,12 @@ class Simulation:
             if key not in pending:
                 cq = lq_of.get(w.queue_key, "")
                 pending_per_cq[cq] = pending_per_cq.get(cq, 0) + 1
-            pending[key] = w
+            pending.add(w)
             if w.backoff_until is not None:
                 heapq.heappush(backoffs, (w.backoff_until, key))
 
         def drop_pending(key: str) -> None:
-            w = pending.pop(key, None)
+            w = pending.remove(key)
             if w is not None:
                 pending_per_cq[lq_of.get(w.queue_key, "")] -= 1
 
@@ -326,12 +340,13 @@ class Simulation:
                         store[k] = decay_usage(store.get(k, {}), cur.get(k, {}), el, afs.usage_half_life_time)
                 last_decay = now
             # ---- one cycle
+            pending.release(now)
             snap = ClusterSnapshot(
                 cluster_queues=q.cluster_queues,
                 cohorts=q.cohorts,
                 local_queues=q.local_queues,
                 flavors=q.flavors,
-                pending=tuple(pending.values()),
+                backlog=pending,
                 admitted=tuple(running.values()),
                 namespaces=q.namespaces,
                 local_queue_usage=lq_usage,
@@ -411,14 +426,26 @@ class Simulation:
                         d = store.setdefault(k, {})
                         for r, v in m.items():
                             d[r] = d.get(r, 0.0) + v
-            changed = []
-            for key, pr in res.pending.items():
-                if key in pending and last_reason.get(key) != (pr.reason, pr.message, pr.cluster_queue):
-                    changed.append(key)
-            for key in sorted(changed):  # events in key order
-                pr = res.pending[key]
-                last_reason[key] = (pr.reason, pr.message, pr.cluster_queue)
-                pcq = pr.cluster_queue or lq_of.get(pending[key].queue_key)
+            # pending reasons that changed: a reason is mostly shared by a whole run of workloads, so
+            # each group's last reasons are compared once per distinct object
+            changed: list[tuple[str, PendingReason]] = []
+            for ws, one, pr in pending_groups(res.pending):
+                keys: list[str] = list(map(_key, ws)) if ws is not None else [one] if one is not None else []
+                lasts = list(map(last_reason.get, keys))
+                unchanged = {
+                    id(x): x is pr or (x is not None and x == pr) for x in {id(x): x for x in lasts}.values()
+                }
+                if all(unchanged.values()):
+                    continue
+                for key, last in zip(keys, lasts, strict=True):
+                    if not unchanged[id(last)] and key in pending:
+                        changed.append((key, pr))
+                        last_reason[key] = pr
+            changed.sort(key=itemgetter(0))  # events in key order
+            for key, pr in changed:
+                pw = pending.get(key)
+                assert pw is not None
+                pcq = pr.cluster_queue or lq_of.get(pw.queue_key)
                 events.append(SimEvent(now, "Inadmissible", key, pcq, f"{pr.reason}: {pr.message}"))
             busy = placer.busy_units(state)
             per_cq = {cq: n for cq, n in pending_per_cq.items() if n}

@@ -25,6 +25,7 @@ from queueing.scheduling import (
     WorkloadInfo,
     run_cycle,
 )
+from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.cycle import CycleResult
 from queueing.scheduling.placer import CountingState, Placement
 
@@ -145,6 +146,9 @@ class Driver:
     events: list[tuple[float, str, str, str]] = field(default_factory=list)  # (t, event, key, cq)
     device_seconds: dict[str, float] = field(default_factory=dict)
     results: list[CycleResult] = field(default_factory=list)
+    # when set: kept in step with ``pending`` (changed, not rebuilt) and every cycle is run a second
+    # time from it, which must give the same result
+    backlog: Backlog | None = None
 
     def submit(self, wl: WorkloadInfo, duration: float) -> None:
         self.future.append((wl, duration))
@@ -162,12 +166,25 @@ class Driver:
         self.pending.extend(arrived)
         snap = replace(self.base, pending=tuple(self.pending), admitted=tuple(self.admitted.values()))
         res = run_cycle(snap, self.placer, self.now, self.config)
+        if self.backlog is not None:
+            for w in arrived:
+                self.backlog.add(w)
+            self.backlog.release(self.now)
+            again = run_cycle(
+                replace(snap, pending=(), backlog=self.backlog), self.placer, self.now, self.config
+            )
+            assert again.admissions == res.admissions
+            assert again.preemptions == res.preemptions
+            assert again.evictions == res.evictions
+            assert dict(again.pending) == dict(res.pending)
         self.results.append(res)
         gone: set[str] = set()
         for adm in res.admissions:
             self.admitted[adm.key] = adm.admitted(self.now)
             self.ends[adm.key] = self.now + self.duration[adm.key]
             gone.add(adm.key)
+            if self.backlog is not None:
+                self.backlog.remove(adm.key)
             self.events.append((self.now, "Admitted", adm.key, adm.cluster_queue))
         if gone:
             self.pending = [w for w in self.pending if w.key not in gone]
@@ -175,12 +192,12 @@ class Driver:
             for v in plan.victims:
                 a = self.admitted.pop(v.key)
                 del self.ends[v.key]
-                self.pending.append(replace(a.workload, requeue_time=self.now))
+                self.requeue(replace(a.workload, requeue_time=self.now))
                 self.events.append((self.now, "Evicted", v.key, v.cluster_queue))
         for ev in res.evictions:
             a = self.admitted.pop(ev.key)
             del self.ends[ev.key]
-            self.pending.append(replace(a.workload, requeue_time=self.now))
+            self.requeue(replace(a.workload, requeue_time=self.now))
             self.events.append((self.now, "Evicted", ev.key, ev.cluster_queue))
         # device-seconds until the next tick
         for a in self.admitted.values():
@@ -190,6 +207,11 @@ class Driver:
             )
         self.now += self.step
         return res
+
+    def requeue(self, wl: WorkloadInfo) -> None:
+        self.pending.append(wl)
+        if self.backlog is not None:
+            self.backlog.add(wl)
 
     def run_until(self, t: float) -> None:
         while self.now < t:

@@ -3,7 +3,8 @@
 After every cycle (admissions and evictions executed) the admitted set must satisfy:
 usage <= nominal + borrowingLimit per ClusterQueue, lending limits hold (the others never use a
 member's guaranteed quota), no GPU is double-booked, gangs are whole (all pods placed, count
-between minCount and count) and the charged usage is what the plan places.
+between minCount and count) and the charged usage is what the plan places. Every cycle is also run
+from a ``Backlog`` kept in step between cycles, which must decide exactly the same.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from sched_helpers import Driver, gpu_cq, job, lq, nodes, snapshot
 
 from queueing.scheduling import CohortSpec, CountingPlacer, PreemptionPolicy, SchedulingConfig
+from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.config import FairSharingConfig
 from queueing.scheduling.quota import QuotaTree
 from queueing.scheduling.snapshot import ClusterQueueSpec, FlavorQuotas, ResourceGroup, ResourceQuota
@@ -68,7 +70,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Driver, list[ClusterQueueSpec], list[Coh
     fair = draw(st.booleans())
     cfg = SchedulingConfig(fair_sharing=FairSharingConfig(enable=fair))
     base = snapshot(cqs, [lq(f"lq{i}", f"cq{i}") for i in range(n_cq)], cohorts=cohorts)
-    d = Driver(base, CountingPlacer(nodes(n_nodes)), config=cfg)
+    d = Driver(base, CountingPlacer(nodes(n_nodes)), config=cfg, backlog=Backlog())
     n_wl = draw(st.integers(1, 14))
     for k in range(n_wl):
         pods = draw(st.integers(1, 3))

@@ -1,0 +1,122 @@
+"""The pending workloads, kept sorted between cycles: ``Backlog``.
+
+A cycle orders each ClusterQueue's pending workloads by priority, then time; workloads of one
+LocalQueue with the same fit signature (``WorkloadInfo.fit_signature``: queue, pod sets, selectors)
+form a *run*, and a run is kept sorted by ``(-priority, order_time, key)``. The cycle merges the runs
+of a ClusterQueue's LocalQueues and, when a head does not fit, gives the rest of its run the same
+reason at once. Sorting the whole backlog in every cycle costs what the backlog costs; a caller
+that runs cycle after cycle (the simulator) keeps a ``Backlog`` instead and changes it by arrivals,
+admissions and requeues, so that a cycle costs about what its heads cost.
+
+Workloads that cannot be admitted now are held aside: deactivated ones, and those in a requeue
+backoff (``backoff_until``) until ``release(now)`` finds the backoff over.
+
+Pure data structure (no clock): ``run_cycle`` only reads it; the caller changes it between cycles.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator, Mapping
+
+from queueing.scheduling.snapshot import WorkloadInfo
+
+__all__ = ["Backlog", "run_order"]
+
+
+def run_order(w: WorkloadInfo) -> tuple[int, float, str]:
+    """The order within a run: higher priority first, then earlier (re)queue time, then key."""
+    return (-w.priority, w.order_time, w.key)
+
+
+class Backlog:
+    """Pending workloads by LocalQueue and fit signature, each run sorted (see the module doc)."""
+
+    def __init__(self, workloads: Iterable[WorkloadInfo] = (), *, released: float = float("-inf")) -> None:
+        self._by_key: dict[str, WorkloadInfo] = {}
+        # LocalQueue key -> fit signature -> run (sorted by ``run_order``)
+        self._queues: dict[str, dict[str, list[WorkloadInfo]]] = {}
+        self._held: dict[str, WorkloadInfo] = {}  # deactivated, or in backoff after ``released``
+        self._backoffs: list[tuple[float, str]] = []  # (backoff end, key) of held workloads
+        self._released = released
+        for w in workloads:
+            self.add(w)
+
+    # ---- reading --------------------------------------------------------------------------------
+    @property
+    def released(self) -> float:
+        """The latest time passed to ``release``: a backoff that ends by then no longer holds."""
+        return self._released
+
+    @property
+    def queues(self) -> Mapping[str, Mapping[str, list[WorkloadInfo]]]:
+        """LocalQueue key -> fit signature -> the run, sorted (read only)."""
+        return self._queues
+
+    @property
+    def held(self) -> Mapping[str, WorkloadInfo]:
+        """Workloads not eligible after ``released``: deactivated, or in backoff."""
+        return self._held
+
+    def get(self, key: str) -> WorkloadInfo | None:
+        return self._by_key.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __iter__(self) -> Iterator[WorkloadInfo]:
+        return iter(self._by_key.values())
+
+    # ---- changes (by the caller, between cycles) ---------------------------------------------------
+    def add(self, wl: WorkloadInfo) -> None:
+        """Add a pending workload (replacing one with the same key)."""
+        if wl.key in self._by_key:
+            self.remove(wl.key)
+        self._by_key[wl.key] = wl
+        if not wl.active or (wl.backoff_until is not None and wl.backoff_until > self._released):
+            self._held[wl.key] = wl
+            if wl.active and wl.backoff_until is not None:
+                heapq.heappush(self._backoffs, (wl.backoff_until, wl.key))
+            return
+        self._insert(wl)
+
+    def remove(self, key: str) -> WorkloadInfo | None:
+        """Remove a workload (admitted, deleted); returns it, or None if it was not here."""
+        wl = self._by_key.pop(key, None)
+        if wl is None:
+            return None
+        if self._held.pop(key, None) is None:
+            runs = self._queues[wl.queue_key]
+            run = runs[wl.fit_signature]
+            i = bisect_left(run, run_order(wl), key=run_order)
+            assert run[i] is wl, "a run lost its order"
+            del run[i]
+            if not run:
+                del runs[wl.fit_signature]
+                if not runs:
+                    del self._queues[wl.queue_key]
+        return wl
+
+    def release(self, now: float) -> None:
+        """Backoffs that end by ``now`` are over: those workloads join their runs."""
+        if now > self._released:
+            self._released = now
+        while self._backoffs and self._backoffs[0][0] <= now:
+            _, key = heapq.heappop(self._backoffs)
+            wl = self._held.get(key)
+            if wl is None or wl.backoff_until is None or wl.backoff_until > now or not wl.active:
+                continue  # stale entry: removed, replaced or deactivated since
+            del self._held[key]
+            self._insert(wl)
+
+    def _insert(self, wl: WorkloadInfo) -> None:
+        runs = self._queues.setdefault(wl.queue_key, {})
+        run = runs.get(wl.fit_signature)
+        if run is None:
+            runs[wl.fit_signature] = [wl]
+        else:
+            insort(run, wl, key=run_order)

@@ -1,0 +1,125 @@
+"""The Backlog (pending workloads kept sorted between cycles) and the cycle's pending reasons."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from sched_helpers import gpu_cq, job, lq, nodes, snapshot
+
+from queueing.scheduling import CountingPlacer, run_cycle
+from queueing.scheduling.backlog import Backlog
+from queueing.scheduling.cycle import PendingReason, PendingReasons
+
+
+def _runs(b: Backlog) -> dict[str, list[list[str]]]:
+    return {q: [[w.name for w in run] for run in runs.values()] for q, runs in b.queues.items()}
+
+
+def test_runs_by_queue_and_signature_sorted_by_priority_time_key() -> None:
+    ws = [
+        job("c", 1, priority=1, t=2.0),
+        job("a", 1, priority=1, t=2.0),
+        job("big", 8, priority=0, t=0.0),
+        job("hi", 1, priority=5, t=9.0),
+        job("early", 1, priority=1, t=1.0),
+        job("other", 1, queue="lq-b", t=0.0),
+    ]
+    b = Backlog(ws)
+    assert _runs(b) == {"default/lq-a": [["hi", "early", "a", "c"], ["big"]], "default/lq-b": [["other"]]}
+    assert len(b) == 6 and "default/a" in b and b.get("default/big") is ws[2]
+    # a requeued workload orders by its requeue time and replaces the old entry
+    b.add(replace(ws[3], requeue_time=10.0, priority=1))
+    assert _runs(b)["default/lq-a"][0] == ["early", "a", "c", "hi"]
+    assert len(b) == 6
+    for k in ("default/hi", "default/early", "default/a", "default/c"):
+        assert b.remove(k) is not None
+    assert b.remove("default/c") is None
+    assert _runs(b) == {"default/lq-a": [["big"]], "default/lq-b": [["other"]]}
+    b.remove("default/other")
+    assert "default/lq-b" not in b.queues
+
+
+def test_held_workloads_join_their_run_when_released() -> None:
+    b = Backlog(released=0.0)
+    backoff = replace(job("later", 1, t=0.0), backoff_until=5.0)
+    off = replace(job("off", 1), active=False)
+    b.add(backoff)
+    b.add(off)
+    b.add(job("now", 1, t=3.0))
+    assert set(b.held) == {"default/later", "default/off"}
+    b.release(4.9)
+    assert set(b.held) == {"default/later", "default/off"}
+    b.release(5.0)
+    assert b.released == 5.0
+    assert set(b.held) == {"default/off"}
+    assert _runs(b) == {"default/lq-a": [["later", "now"]]}
+    # added with a backoff already over: straight into its run
+    b.add(replace(job("past", 1, t=1.0), backoff_until=4.0))
+    assert _runs(b) == {"default/lq-a": [["later", "past", "now"]]}
+    # a stale backoff entry (the workload was replaced) is skipped
+    b.add(replace(job("again", 1, t=0.5), backoff_until=8.0))
+    b.add(replace(job("again", 1, t=0.5), backoff_until=20.0))
+    b.release(10.0)
+    assert "default/again" in b.held
+
+
+def _cycle_inputs() -> tuple[list[object], CountingPlacer]:
+    cq = gpu_cq("cq", 8)
+    return [cq, lq("lq-a", "cq"), lq("lq-gone", "missing")], CountingPlacer(nodes(1))
+
+
+def test_cycle_from_a_backlog_equals_the_cycle_from_pending() -> None:
+    (cq, lqa, lqg), placer = _cycle_inputs()
+    ws = [
+        job("fits", 4, t=0.0),
+        job("too-big-1", 8, t=1.0),
+        job("too-big-2", 8, t=2.0),
+        job("small", 2, t=3.0),
+        job("lost", 1, queue="lq-gone"),
+        replace(job("waits", 1), backoff_until=50.0),
+        replace(job("off", 1), active=False),
+    ]
+    snap = snapshot([cq], [lqa, lqg], ws)  # type: ignore[list-item]
+    plain = run_cycle(snap, placer, 10.0)
+    b = Backlog(reversed(ws))
+    b.release(10.0)
+    kept = run_cycle(replace(snap, pending=(), backlog=b), placer, 10.0)
+    assert kept.admissions == plain.admissions
+    assert [a.key for a in plain.admissions] == ["default/fits", "default/small"]
+    assert dict(kept.pending) == dict(plain.pending)
+    assert plain.pending["default/too-big-2"] is plain.pending["default/too-big-1"]
+    assert plain.pending["default/lost"].message == "ClusterQueue missing doesn't exist"
+    assert plain.pending["default/waits"].reason == "Backoff"
+    assert plain.pending["default/off"].reason == "Deactivated"
+    # a backoff that ended but was not released is still honoured (the cycle works on a copy)
+    late = run_cycle(replace(snap, pending=(), backlog=b), placer, 60.0)
+    assert "default/waits" in [a.key for a in late.admissions]
+    assert "default/waits" in b.held  # the caller's backlog is not changed
+
+
+def test_backlog_errors_name_the_problem() -> None:
+    (cq, lqa, _), placer = _cycle_inputs()
+    b = Backlog([job("x", 1)])
+    with pytest.raises(ValueError, match="either in pending or in backlog"):
+        run_cycle(snapshot([cq], [lqa], [job("y", 1)], backlog=b), placer, 0.0)  # type: ignore[list-item]
+    b.release(5.0)
+    with pytest.raises(ValueError, match="released up to t=5s, after now"):
+        run_cycle(snapshot([cq], [lqa], backlog=b), placer, 1.0)  # type: ignore[list-item]
+
+
+def test_pending_reasons_mapping_and_groups() -> None:
+    r1 = PendingReason("cq", "Pending", "no room")
+    r2 = PendingReason("cq", "Preempting", "preempting 1 workload(s): default/v")
+    p = PendingReasons()
+    ws = [job("a", 1), job("b", 1)]
+    p.set_all(ws, r1)
+    p.set_all([], r1)  # nothing
+    p.set("default/h", r2)
+    p.set("default/z", r1)
+    p.discard("default/z")
+    p.discard("default/never")
+    assert dict(p) == {"default/a": r1, "default/b": r1, "default/h": r2}
+    assert len(p) == 3 and p["default/h"] is r2 and p.get("default/a") is r1 and "default/z" not in p
+    groups = list(p.groups())
+    assert groups == [(None, "default/h", r2), (ws, None, r1)]
