@@ -862,6 +862,15 @@ class Controller:
             flavors=specs.flavors,
             pending=tuple(pending),
             admitted=admitted,
+            # a preemptor whose plan was carried out goes first (read from the Workload, so that it
+            # holds across a restart)
+            nominated=frozenset(
+                key
+                for key, w in by_key.items()
+                if (c := w.status.condition(QUOTA_RESERVED)) is not None
+                and c.status == "False"
+                and c.reason == "Preempting"
+            ),
             namespaces=specs.namespaces,
             local_queue_usage=self.lq_usage,
             cluster_queue_usage=self.cq_usage,

@@ -19,7 +19,11 @@ What a cycle does:
    that makes it fit), partial admission down to ``minCount``, or a pending reason. BestEffortFIFO
    moves on to the next workload; StrictFIFO blocks the queue for the rest of the cycle.
    Resources of a preemptor are reserved for the rest of the cycle (its victims still hold
-   theirs until they are gone).
+   theirs until they are gone). In later cycles the preemptor is *nominated*
+   (``ClusterSnapshot.nominated``, the shell's record of whose last reason was Preempting): it
+   goes before every other workload, so that what its victims free is not taken by another
+   workload of the cohort (quota) or of any cohort (devices: all share the nodes) — otherwise
+   the victims would have been evicted for nothing, and preemptions could chase each other.
 """
 
 from __future__ import annotations
@@ -373,9 +377,11 @@ def run_cycle(
         lq = lqs[wl.queue_key]
         return weighted_usage(lq_usage.get(lq.key, {}), afs, lq.fair_weight)
 
-    def within_key(cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[float, int, float, str]:
+    nominated = snapshot.nominated
+
+    def within_key(cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[int, float, int, float, str]:
         s = lq_share(wl) if (afs is not None and cq.admission_fair_sharing) else 0.0
-        return (s, -wl.priority, wl.order_time, wl.key)
+        return (0 if wl.key in nominated else 1, s, -wl.priority, wl.order_time, wl.key)
 
     # expected usage for ordering across queues (first flavor combination, expected device charges);
     # the same for every workload of one fit signature (its queue, pod sets, selectors)
@@ -399,10 +405,11 @@ def run_cycle(
         cohort_afs = 0.0
         if afs is not None and afs.cohort_level:
             cohort_afs = weighted_usage(cq_usage.get(cq.name, {}), afs, cq.fair_weight)
+        first = 0 if wl.key in nominated else 1
         if config.fair_sharing.enable:
-            return (share_key(tree, cq.name, est), cohort_afs, -wl.priority, wl.order_time, wl.key)
+            return (first, share_key(tree, cq.name, est), cohort_afs, -wl.priority, wl.order_time, wl.key)
         borrows = 1 if tree.fit(cq.name, est).borrows else 0
-        return ((), cohort_afs, borrows, -wl.priority, wl.order_time, wl.key)
+        return (first, (), cohort_afs, borrows, -wl.priority, wl.order_time, wl.key)
 
     admissions: list[Admission] = []
     plans: list[PreemptionPlan] = []

@@ -351,3 +351,6 @@ class ClusterSnapshot:
     # instead of ``pending``: the pending workloads kept sorted by the caller between cycles
     # (``backlog.Backlog``; the cycle only reads it)
     backlog: Backlog | None = None
+    # pending workloads whose preemption was planned in an earlier cycle (their last reason is
+    # Preempting): tried first, before anyone else can take what their victims free
+    nominated: frozenset[str] = frozenset()

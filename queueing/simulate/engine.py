@@ -210,6 +210,7 @@ class Simulation:
         serial = 0
         requeues: dict[str, int] = {}
         last_reason: dict[str, PendingReason] = {}
+        nominated: set[str] = set()  # pending workloads whose last reason is Preempting
         events: list[SimEvent] = []
         samples: list[Sample] = []
         stats: dict[str, QueueSummary] = {cq.name: QueueSummary() for cq in q.cluster_queues}
@@ -272,6 +273,7 @@ class Simulation:
                 requeues[a.key] = dec.count
                 add_pending(a.key, replace(a.workload, requeue_time=now, backoff_until=dec.requeue_at))
             last_reason.pop(a.key, None)
+            nominated.discard(a.key)
 
         while True:
             # ---- the next time something happens
@@ -347,6 +349,7 @@ class Simulation:
                 local_queues=q.local_queues,
                 flavors=q.flavors,
                 backlog=pending,
+                nominated=frozenset(nominated),
                 admitted=tuple(running.values()),
                 namespaces=q.namespaces,
                 local_queue_usage=lq_usage,
@@ -385,6 +388,7 @@ class Simulation:
                 running[key] = rec
                 drop_pending(key)
                 last_reason.pop(key, None)
+                nominated.discard(key)
                 serial += 1
                 started[key] = serial
                 heapq.heappush(ends, (now + jobs[key].duration, serial, key))
@@ -441,6 +445,10 @@ class Simulation:
                     if not unchanged[id(last)] and key in pending:
                         changed.append((key, pr))
                         last_reason[key] = pr
+                        if pr.reason == "Preempting":
+                            nominated.add(key)
+                        else:
+                            nominated.discard(key)
             changed.sort(key=itemgetter(0))  # events in key order
             for key, pr in changed:
                 pw = pending.get(key)

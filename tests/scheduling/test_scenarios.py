@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 from sched_helpers import (
@@ -157,6 +158,33 @@ def test_reclaim_within_cohort_evicts_a_borrower() -> None:
         assert plan.victims[0].reason == reason
         # the most recently admitted of b's (equal priority) goes
         assert plan.victims[0].key == b2.key
+
+
+def test_a_preemptor_gets_what_its_victims_free_before_anyone_else() -> None:
+    """Devices are shared across cohorts: without the nomination an older workload of another
+    cohort takes the devices freed for the preemptor, and the victim was evicted for nothing."""
+    placer = CountingPlacer(nodes(1))
+    a = gpu_cq("a", 4, cohort="co", preemption=PreemptionPolicy(reclaim_within_cohort="Any"))
+    b = gpu_cq("b", 4, cohort="co", borrowing=4)
+    other = gpu_cq("other", 8)  # no cohort, its own quota, the same node
+    queues = [lq("lq-a", "a"), lq("lq-b", "b"), lq("lq-o", "other")]
+    victim = running(job("v", 8, queue="lq-b"), "b", [("n1", 8)])  # b borrows a's 4
+    older = job("older", 8, queue="lq-o", t=0.0)
+    pre = job("pre", 4, queue="lq-a", t=5.0)
+    for cfg in (NO_FS, SchedulingConfig()):
+        res = run_cycle(snapshot([a, b, other], queues, [older, pre], [victim]), placer, 10.0, cfg)
+        (plan,) = res.preemptions
+        assert plan.preemptor == pre.key and [v.key for v in plan.victims] == [victim.key]
+        assert res.pending[pre.key].reason == "Preempting"
+        assert res.pending[older.key].reason == "Pending"  # no room, nothing it may preempt
+        # the victim is gone: the older workload would come first and take the whole node ...
+        after = snapshot([a, b, other], queues, [older, pre], [])
+        res = run_cycle(after, placer, 10.0, cfg)
+        assert [x.key for x in res.admissions] == [older.key]
+        # ... unless the preemptor is nominated (its last reason was Preempting)
+        res = run_cycle(replace(after, nominated=frozenset({pre.key})), placer, 10.0, cfg)
+        assert [x.key for x in res.admissions] == [pre.key]
+        assert "couldn't place the gang" in res.pending[older.key].message
 
 
 def test_no_reclaim_from_queue_within_its_nominal_quota() -> None:
