@@ -430,25 +430,24 @@ class Simulation:
                         d = store.setdefault(k, {})
                         for r, v in m.items():
                             d[r] = d.get(r, 0.0) + v
-            # pending reasons that changed: a reason is mostly shared by a whole run of workloads, so
-            # each group's last reasons are compared once per distinct object
+            # pending reasons that changed. A reason is mostly shared by a whole run of workloads:
+            # each group's last reasons are compared once per distinct object, and an equal reason
+            # is adopted so that next time the group shares one object again
             changed: list[tuple[str, PendingReason]] = []
             for ws, one, pr in pending_groups(res.pending):
                 keys: list[str] = list(map(_key, ws)) if ws is not None else [one] if one is not None else []
                 lasts = list(map(last_reason.get, keys))
-                unchanged = {
-                    id(x): x is pr or (x is not None and x == pr) for x in {id(x): x for x in lasts}.values()
-                }
-                if all(unchanged.values()):
-                    continue
-                for key, last in zip(keys, lasts, strict=True):
-                    if not unchanged[id(last)] and key in pending:
-                        changed.append((key, pr))
-                        last_reason[key] = pr
-                        if pr.reason == "Preempting":
-                            nominated.add(key)
-                        else:
-                            nominated.discard(key)
+                distinct = dict(zip(map(id, lasts), lasts, strict=True))
+                other = {i for i, x in distinct.items() if x is not pr and (x is None or x != pr)}
+                if other:
+                    for key, last in zip(keys, lasts, strict=True):
+                        if id(last) in other and key in pending:
+                            changed.append((key, pr))
+                            if pr.reason == "Preempting":
+                                nominated.add(key)
+                            else:
+                                nominated.discard(key)
+                last_reason.update(dict.fromkeys(keys, pr))
             changed.sort(key=itemgetter(0))  # events in key order
             for key, pr in changed:
                 pw = pending.get(key)
