@@ -47,12 +47,14 @@ from queueing.scheduling.snapshot import (
     ClusterQueueSpec,
     ClusterSnapshot,
     FlavorResource,
+    FlavorSpec,
     LocalQueueSpec,
     WorkloadInfo,
 )
 
 __all__ = [
     "Admission",
+    "CycleMemo",
     "CycleResult",
     "Eviction",
     "PendingReason",
@@ -246,8 +248,25 @@ def _reduced_counts(wl: WorkloadInfo, k: int, steps: int) -> dict[str, int]:
     return out
 
 
+class CycleMemo:
+    """What a caller that runs cycle after cycle may keep between them so that a cycle can reuse
+    what depends only on the queue objects (a cache: the result is the same without it). Entries
+    are checked against the objects they were computed from (by identity)."""
+
+    def __init__(self) -> None:
+        # fit signature -> (ClusterQueue, flavors, the expected usage that orders heads)
+        self.estimates: dict[
+            str, tuple[ClusterQueueSpec, tuple[FlavorSpec, ...], dict[FlavorResource, Fraction]]
+        ] = {}
+
+
 def run_cycle(
-    snapshot: ClusterSnapshot, placer: Placer[Any], now: float, config: SchedulingConfig | None = None
+    snapshot: ClusterSnapshot,
+    placer: Placer[Any],
+    now: float,
+    config: SchedulingConfig | None = None,
+    *,
+    memo: CycleMemo | None = None,
 ) -> CycleResult:
     config = config or SchedulingConfig()
     flavors = {f.name: f for f in snapshot.flavors}
@@ -384,20 +403,22 @@ def run_cycle(
         return (0 if wl.key in nominated else 1, s, -wl.priority, wl.order_time, wl.key)
 
     # expected usage for ordering across queues (first flavor combination, expected device charges);
-    # the same for every workload of one fit signature (its queue, pod sets, selectors)
-    est_cache: dict[str, dict[FlavorResource, Fraction]] = {}
+    # the same for every workload of one fit signature (its queue, pod sets, selectors) in one
+    # ClusterQueue with the same flavors (kept across cycles in ``memo``)
+    est_cache = (memo or CycleMemo()).estimates
 
     def estimate(cq: ClusterQueueSpec, wl: WorkloadInfo) -> dict[FlavorResource, Fraction]:
-        got = est_cache.get(wl.fit_signature)
-        if got is None:
-            got = {}
-            groups, err = assigner.relevant_groups(cq, wl)
-            if not err:
-                combos, err = assigner.combos(cq, wl, groups)
-                if not err and combos:
-                    res_flavor, _ = assigner.flavor_map(cq, wl, combos[0], groups)
-                    got = assigner.regular_usage(cq, wl, {}, res_flavor, with_devices=True)
-            est_cache[wl.fit_signature] = got
+        hit = est_cache.get(wl.fit_signature)
+        if hit is not None and hit[0] is cq and hit[1] is snapshot.flavors:
+            return hit[2]
+        got: dict[FlavorResource, Fraction] = {}
+        groups, err = assigner.relevant_groups(cq, wl)
+        if not err:
+            combos, err = assigner.combos(cq, wl, groups)
+            if not err and combos:
+                res_flavor, _ = assigner.flavor_map(cq, wl, combos[0], groups)
+                got = assigner.regular_usage(cq, wl, {}, res_flavor, with_devices=True)
+        est_cache[wl.fit_signature] = (cq, snapshot.flavors, got)
         return got
 
     def head_key(cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[Any, ...]:

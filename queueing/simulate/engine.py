@@ -27,7 +27,7 @@ from operator import attrgetter, itemgetter
 
 from queueing.scheduling import SchedulingConfig, run_cycle
 from queueing.scheduling.backlog import Backlog
-from queueing.scheduling.cycle import Admission, CycleResult, PendingReason, PendingReasons
+from queueing.scheduling.cycle import Admission, CycleMemo, CycleResult, PendingReason, PendingReasons
 from queueing.scheduling.dra_placer import DraPlacer, DraState
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
 from queueing.scheduling.requeue import next_requeue
@@ -204,6 +204,7 @@ class Simulation:
         arrivals = sorted(sc.jobs, key=lambda j: (j.arrival, j.key))
         ai = 0
         pending = Backlog()  # kept sorted between cycles (see scheduling.backlog)
+        memo = CycleMemo()
         running: dict[str, AdmittedWorkload] = {}
         started: dict[str, int] = {}  # key -> admission serial (to ignore stale finish entries)
         ends: list[tuple[float, int, str]] = []
@@ -355,7 +356,7 @@ class Simulation:
                 local_queue_usage=lq_usage,
                 cluster_queue_usage=cq_usage,
             )
-            res: CycleResult = run_cycle(snap, placer, now, cfg)
+            res: CycleResult = run_cycle(snap, placer, now, cfg, memo=memo)
             cycles += 1
             evicted_any = False
             # evictions first (the preemptors of this cycle are admitted in the next one)

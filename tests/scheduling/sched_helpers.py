@@ -26,7 +26,7 @@ from queueing.scheduling import (
     run_cycle,
 )
 from queueing.scheduling.backlog import Backlog
-from queueing.scheduling.cycle import CycleResult
+from queueing.scheduling.cycle import CycleMemo, CycleResult
 from queueing.scheduling.placer import CountingState, Placement
 
 F = Fraction
@@ -147,8 +147,9 @@ class Driver:
     device_seconds: dict[str, float] = field(default_factory=dict)
     results: list[CycleResult] = field(default_factory=list)
     # when set: kept in step with ``pending`` (changed, not rebuilt) and every cycle is run a second
-    # time from it, which must give the same result
+    # time from it (with a memo kept across cycles), which must give the same result
     backlog: Backlog | None = None
+    memo: CycleMemo = field(default_factory=CycleMemo)  # used by the second run
 
     def submit(self, wl: WorkloadInfo, duration: float) -> None:
         self.future.append((wl, duration))
@@ -171,7 +172,11 @@ class Driver:
                 self.backlog.add(w)
             self.backlog.release(self.now)
             again = run_cycle(
-                replace(snap, pending=(), backlog=self.backlog), self.placer, self.now, self.config
+                replace(snap, pending=(), backlog=self.backlog),
+                self.placer,
+                self.now,
+                self.config,
+                memo=self.memo,
             )
             assert again.admissions == res.admissions
             assert again.preemptions == res.preemptions

@@ -1,4 +1,5 @@
-"""The Backlog (pending workloads kept sorted between cycles) and the cycle's pending reasons."""
+"""What a caller keeps between cycles: the Backlog (pending workloads kept sorted), the CycleMemo;
+and the cycle's pending reasons by group."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from sched_helpers import gpu_cq, job, lq, nodes, snapshot
 
 from queueing.scheduling import CountingPlacer, run_cycle
 from queueing.scheduling.backlog import Backlog
-from queueing.scheduling.cycle import PendingReason, PendingReasons
+from queueing.scheduling.cycle import CycleMemo, PendingReason, PendingReasons
 
 
 def _runs(b: Backlog) -> dict[str, list[list[str]]]:
@@ -123,3 +124,17 @@ def test_pending_reasons_mapping_and_groups() -> None:
     assert len(p) == 3 and p["default/h"] is r2 and p.get("default/a") is r1 and "default/z" not in p
     groups = list(p.groups())
     assert groups == [(None, "default/h", r2), (ws, None, r1)]
+
+
+def test_memo_entries_are_only_reused_for_the_same_queue_objects() -> None:
+    (cq, lqa, _), placer = _cycle_inputs()
+    memo = CycleMemo()
+    w = job("w", 4)
+    first = run_cycle(snapshot([cq], [lqa], [w]), placer, 0.0, memo=memo)  # type: ignore[list-item]
+    assert first == run_cycle(snapshot([cq], [lqa], [w]), placer, 0.0)  # type: ignore[list-item]
+    ((held_cq, _, est),) = memo.estimates.values()
+    assert held_cq is cq and sum(est.values()) == 4
+    again = replace(cq, name="cq")  # an equal but new object (as after a watch event): recomputed
+    run_cycle(snapshot([again], [lqa], [w]), placer, 0.0, memo=memo)  # type: ignore[list-item]
+    ((held_cq, _, _),) = memo.estimates.values()
+    assert held_cq is again
