@@ -273,3 +273,25 @@ def test_pod_group_is_one_gang(tmp_path: Path) -> None:
     (adm,) = of(r, "Admitted", "ml/g")
     assert adm.nodes == ("h200-0", "h200-1")
     assert of(r, "Finished", "ml/g")[0].time == 300
+
+
+def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path, monkeypatch: Any) -> None:
+    import gc
+
+    import queueing.simulate.engine as engine
+
+    docs = [*base(nodes=1), job("ml", "a", gpus=8, duration="1m"), job("ml", "b", gpus=8, duration="1m")]
+    assert gc.isenabled()
+    seen: list[bool] = []
+    monkeypatch.setattr(engine, "_COLLECT_AFTER", -1)  # collect after every cycle
+    monkeypatch.setattr(engine.gc, "collect", lambda *a: seen.append(gc.isenabled()) or 0)
+    r = simulate(tmp_path, docs)
+    assert len(of(r, "Admitted")) == 2
+    assert seen and not any(seen)  # explicit collections only, automatic collection off meanwhile
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        simulate(tmp_path, docs)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
