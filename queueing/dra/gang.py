@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Literal
 
 from queueing.api.base import ObjectMeta
-from queueing.api.core import Node, Pod
+from queueing.api.core import Node, Pod, PodResourceClaim, PodSpec
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from queueing.dra.allocator import (
     DEFAULT_MAX_STEPS,
@@ -224,8 +224,10 @@ class ClusterState:
             extended_resource_classes(class_list) if self.features.extended_resource else {}
         )
         self._open: Transaction | None = None
-        # id(pod) -> what placement derives from the pod alone (see ``_Gang._plan``)
-        self._pod_static: dict[int, _PodStatic] = {}
+        # id(pod) -> (pod, templates used, its plan without shared claims) (see ``_Gang._plan``)
+        self._pod_plans: dict[int, tuple[Pod, tuple[ResourceClaimTemplate, ...], _PodPlan]] = {}
+        # (id(pod spec), namespace) -> what placement derives from the spec alone
+        self._spec_static: dict[tuple[int, str], _SpecStatic] = {}
         # template key -> (template, a claim validated from it) (see ``_Gang._plan_full``)
         self._claim_protos: dict[str, tuple[ResourceClaimTemplate, ResourceClaim]] = {}
 
@@ -325,17 +327,40 @@ class _PodPlan:
 
 
 @dataclass(slots=True)
-class _PodStatic:
-    """What ``_Gang._plan`` derives from a pod and the templates alone (cached per Pod object)."""
+class _SpecStatic:
+    """What ``_Gang._plan`` derives from a pod's spec and namespace and the templates it uses alone:
+    the same for every pod of that spec (the pods of a pod set share one spec object). The pods'
+    claims from templates differ only in their names: ``protos`` holds, per such claim, its name in
+    the pod spec and the first pod's claim prepared."""
 
-    pod: Pod
+    spec: PodSpec
     templates: tuple[ResourceClaimTemplate, ...]  # the templates used, in claim order
-    own: tuple[PreparedClaim, ...]
+    protos: tuple[tuple[str, PreparedClaim], ...]
     requests: dict[str, Fraction]
     shape: tuple[object, ...]
     extended: dict[str, int]
     need: int
     static_ok: dict[int, NodeMiss | None]
+
+
+def _with_shared(plan: _PodPlan, shared: tuple[tuple[str, PreparedClaim | None], ...]) -> _PodPlan:
+    """The plan with other shared claims (everything else is shared with ``plan``)."""
+    return _PodPlan(
+        plan.pod,
+        plan.key,
+        plan.requests,
+        plan.own,
+        shared,
+        plan.shape,
+        plan.static_ok,
+        plan.extended,
+        plan.implicit,
+        plan.need,
+    )
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 class _BoundHit(Exception):
@@ -357,111 +382,125 @@ class _Gang:
     def _plan(self, pod: Pod) -> _PodPlan:
         """The pod's claims prepared. What depends only on the pod and its templates is computed
         once per Pod object and ClusterState (pods are immutable here; a changed template is seen
-        by identity); shared claims are looked up every time (their allocation may change)."""
-        st = self.state._pod_static.get(id(pod))
-        if st is not None and st.pod is pod:
-            ns = pod.namespace or "default"
-            shared: list[tuple[str, PreparedClaim | None]] = []
-            tpl: list[ResourceClaimTemplate] = []
-            for i, prc in enumerate(pod.spec.resource_claims or []):
-                if prc.resource_claim_name:
-                    key = f"{ns}/{prc.resource_claim_name}"
-                    c = self.state.claims.get(key)
-                    if c is None:
-                        raise AllocationError(
-                            f"Pod {pod.key}",
-                            f"spec.resourceClaims[{i}].resourceClaimName",
-                            f"ResourceClaim {key} not found",
-                        )
-                    prepared = (
-                        None if c.status.allocation is not None else self.state.allocator.prepare_claim(c)
-                    )
-                    shared.append((key, prepared))
-                elif prc.resource_claim_template_name:
-                    t = self.state.templates.get(f"{ns}/{prc.resource_claim_template_name}")
-                    if t is None:
-                        break
-                    tpl.append(t)
+        by identity), what depends only on the spec once per spec object and namespace; shared
+        claims are looked up every time (their allocation may change)."""
+        state = self.state
+        ns = pod.namespace or "default"
+        spec = pod.spec
+        hit = state._pod_plans.get(id(pod))
+        if hit is not None and hit[0] is not pod:
+            hit = None
+        ss = state._spec_static.get((id(spec), ns))
+        if ss is not None and ss.spec is not spec:
+            ss = None
+        if hit is None and ss is None:
+            return self._plan_full(pod, ns)
+        shared: list[tuple[str, PreparedClaim | None]] = []
+        templates: list[ResourceClaimTemplate] = []
+        for i, prc in enumerate(spec.resource_claims or []):
+            src = self._source(pod, ns, i, prc)
+            if isinstance(src, ResourceClaimTemplate):
+                templates.append(src)
             else:
-                if len(tpl) == len(st.templates) and all(
-                    a is b for a, b in zip(tpl, st.templates, strict=True)
-                ):
-                    return _PodPlan(
-                        pod,
-                        pod.key,
-                        st.requests,
-                        st.own,
-                        tuple(shared),
-                        st.shape,
-                        st.static_ok,
-                        extended=st.extended,
-                        need=st.need,
-                    )
-        plan, templates = self._plan_full(pod)
-        cache = self.state._pod_static
+                shared.append(src)
+        if hit is not None and _same(hit[1], templates):
+            plan = hit[2]
+        elif ss is not None and _same(ss.templates, templates):
+            own = tuple(
+                state.allocator.prepare_renamed(proto, self._own_claim(proto.claim, pod, ns, name))
+                for name, proto in ss.protos
+            )
+            plan = _PodPlan(
+                pod, pod.key, ss.requests, own, (), ss.shape, ss.static_ok, extended=ss.extended, need=ss.need
+            )
+            self._remember(pod, ss.templates, plan)
+        else:  # a template changed
+            return self._plan_full(pod, ns)
+        if not shared:
+            return plan
+        return _with_shared(plan, tuple(shared))
+
+    def _remember(self, pod: Pod, templates: tuple[ResourceClaimTemplate, ...], plan: _PodPlan) -> None:
+        """Keep the pod's plan without shared claims (a value of the pod and its templates)."""
+        cache = self.state._pod_plans
         if len(cache) > 100_000:
             cache.clear()
-        cache[id(pod)] = _PodStatic(
-            pod, templates, plan.own, plan.requests, plan.shape, plan.extended, plan.need, plan.static_ok
-        )
-        return plan
+        cache[id(pod)] = (pod, templates, _with_shared(plan, ()) if plan.shared else plan)
 
-    def _plan_full(self, pod: Pod) -> tuple[_PodPlan, tuple[ResourceClaimTemplate, ...]]:
+    def _source(
+        self, pod: Pod, ns: str, i: int, prc: PodResourceClaim
+    ) -> tuple[str, PreparedClaim | None] | ResourceClaimTemplate:
+        """The i-th claim of the pod: a shared claim (key, prepared; None when allocated before the
+        gang) or the template of a per-pod claim."""
+        if prc.resource_claim_name:
+            key = f"{ns}/{prc.resource_claim_name}"
+            c = self.state.claims.get(key)
+            if c is None:
+                raise AllocationError(
+                    f"Pod {pod.key}",
+                    f"spec.resourceClaims[{i}].resourceClaimName",
+                    f"ResourceClaim {key} not found",
+                )
+            return key, None if c.status.allocation is not None else self.state.allocator.prepare_claim(c)
+        if prc.resource_claim_template_name:
+            tkey = f"{ns}/{prc.resource_claim_template_name}"
+            t = self.state.templates.get(tkey)
+            if t is None:
+                raise AllocationError(
+                    f"Pod {pod.key}",
+                    f"spec.resourceClaims[{i}].resourceClaimTemplateName",
+                    f"ResourceClaimTemplate {tkey} not found",
+                )
+            return t
+        raise AllocationError(
+            f"Pod {pod.key}",
+            f"spec.resourceClaims[{i}]",
+            "one of resourceClaimName or resourceClaimTemplateName is required",
+        )
+
+    @staticmethod
+    def _own_claim(proto: ResourceClaim, pod: Pod, ns: str, name: str) -> ResourceClaim:
+        """The pod's claim from a template: ``proto`` (a claim validated from the template) renamed;
+        the spec is a value shared between them, never changed."""
+        return proto.model_copy(
+            update={"metadata": ObjectMeta.model_validate({"name": f"{pod.name}-{name}", "namespace": ns})}
+        )
+
+    def _plan_full(self, pod: Pod, ns: str) -> _PodPlan:
         ref = f"Pod {pod.key}"
         own: list[PreparedClaim] = []
+        protos: list[tuple[str, PreparedClaim]] = []
         shared: list[tuple[str, PreparedClaim | None]] = []
         sources: list[tuple[str, str, str]] = []
         templates: list[ResourceClaimTemplate] = []
-        ns = pod.namespace or "default"
         for i, prc in enumerate(pod.spec.resource_claims or []):
-            path = f"spec.resourceClaims[{i}]"
-            if prc.resource_claim_name:
-                key = f"{ns}/{prc.resource_claim_name}"
-                c = self.state.claims.get(key)
-                if c is None:
-                    raise AllocationError(ref, f"{path}.resourceClaimName", f"ResourceClaim {key} not found")
-                prepared = None if c.status.allocation is not None else self.state.allocator.prepare_claim(c)
-                shared.append((key, prepared))
-                sources.append(("claim", prc.name, key))
-            elif prc.resource_claim_template_name:
-                tkey = f"{ns}/{prc.resource_claim_template_name}"
-                t = self.state.templates.get(tkey)
-                if t is None:
-                    raise AllocationError(
-                        ref, f"{path}.resourceClaimTemplateName", f"ResourceClaimTemplate {tkey} not found"
-                    )
-                proto = self.state._claim_protos.get(tkey)
-                if proto is None or proto[0] is not t:
-                    # validated once per template; each pod's claim is that claim renamed (the
-                    # spec is a value shared between them, never changed)
-                    proto = (
-                        t,
-                        ResourceClaim.model_validate(
-                            {
-                                "apiVersion": "resource.k8s.io/v1",
-                                "kind": "ResourceClaim",
-                                "metadata": {"name": "proto", "namespace": ns},
-                                "spec": t.spec.spec.model_dump(
-                                    by_alias=True, exclude_unset=True, mode="json"
-                                ),
-                            }
-                        ),
-                    )
-                    self.state._claim_protos[tkey] = proto
-                claim = proto[1].model_copy(
-                    update={
-                        "metadata": ObjectMeta.model_validate(
-                            {"name": f"{pod.name}-{prc.name}", "namespace": ns}
-                        )
-                    }
+            src = self._source(pod, ns, i, prc)
+            if not isinstance(src, ResourceClaimTemplate):
+                shared.append(src)
+                sources.append(("claim", prc.name, src[0]))
+                continue
+            t = src
+            tkey = f"{ns}/{prc.resource_claim_template_name}"
+            proto = self.state._claim_protos.get(tkey)
+            if proto is None or proto[0] is not t:
+                # validated once per template
+                proto = (
+                    t,
+                    ResourceClaim.model_validate(
+                        {
+                            "apiVersion": "resource.k8s.io/v1",
+                            "kind": "ResourceClaim",
+                            "metadata": {"name": "proto", "namespace": ns},
+                            "spec": t.spec.spec.model_dump(by_alias=True, exclude_unset=True, mode="json"),
+                        }
+                    ),
                 )
-                own.append(self.state.allocator.prepare_claim(claim))
-                sources.append(("template", prc.name, tkey))
-                templates.append(t)
-            else:
-                raise AllocationError(
-                    ref, path, "one of resourceClaimName or resourceClaimTemplateName is required"
-                )
+                self.state._claim_protos[tkey] = proto
+            prepared = self.state.allocator.prepare_claim(self._own_claim(proto[1], pod, ns, prc.name))
+            own.append(prepared)
+            protos.append((prc.name, prepared))
+            sources.append(("template", prc.name, tkey))
+            templates.append(t)
         names = {prc.name for prc in pod.spec.resource_claims or []}
         for kind, cs in (
             ("initContainers", pod.spec.init_containers or []),
@@ -479,8 +518,9 @@ class _Gang:
             pod_extended_requests(pod, self.state.extended_classes) if self.state.extended_classes else {}
         )
         spec = pod.spec
+        requests = _pod_requests(pod)
         shape: tuple[object, ...] = (
-            tuple(sorted(_pod_requests(pod).items())),
+            tuple(sorted(requests.items())),
             spec.node_name,
             tuple(sorted((spec.node_selector or {}).items())),
             spec.affinity.model_dump_json() if spec.affinity else None,
@@ -493,10 +533,17 @@ class _Gang:
                 for alts in pc.requests:
                     if not any(a.all_mode or a.admin_access for a in alts):
                         need += min(a.count for a in alts)
+        static_ok: dict[int, NodeMiss | None] = {}
+        ss = _SpecStatic(spec, tuple(templates), tuple(protos), requests, shape, extended, need, static_ok)
+        cache = self.state._spec_static
+        if len(cache) > 10_000:
+            cache.clear()
+        cache[(id(spec), ns)] = ss
         plan = _PodPlan(
-            pod, pod.key, _pod_requests(pod), tuple(own), tuple(shared), shape, extended=extended, need=need
+            pod, pod.key, requests, tuple(own), tuple(shared), shape, static_ok, extended=extended, need=need
         )
-        return plan, tuple(templates)
+        self._remember(pod, ss.templates, plan)
+        return plan
 
     def _routed(self, plan: _PodPlan, i: int) -> frozenset[str]:
         """The pod's extended resources served through DRA on node i (the node does not publish them)."""

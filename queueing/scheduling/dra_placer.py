@@ -319,6 +319,7 @@ class DraPlacer:
             OrderedDict()
         )
         self._resolved: dict[RecordedPlan, DraPlan] = {}
+        self._specs: dict[tuple[object, ...], PodSpec] = {}  # see ``_spec``
         self._taken_by_node: dict[str, int] = {}
         for key, cnt in self.cluster.usage.devices.items():
             dev = self.cluster.inventory.devices.get(key)
@@ -832,7 +833,7 @@ class DraPlacer:
             if dps is None:
                 continue
             n = counts.get(ps.name, ps.count)
-            spec = _pod_spec(dps, flavors.get(ps.name, ()))
+            spec = self._spec(req, dps, flavors.get(ps.name, ()))
             labels = dict((dps.template.metadata or {}).get("labels") or {})
             for i in range(n):
                 pods.append(
@@ -852,6 +853,22 @@ class DraPlacer:
             self._pods_cache.popitem(last=False)
         self._pods_cache[ck] = (pods, index)
         return pods, index
+
+    def _spec(self, req: DraRequest, dps: DraPodSet, flavors: Sequence[FlavorSpec]) -> PodSpec:
+        """The pods' spec for a pod set and its flavors: one object per content (the request's
+        signature covers the pod set), so what placement derives from a spec is shared between
+        workloads of the same shape."""
+        key = (
+            req.signature,
+            dps.name,
+            tuple((f.name, tuple(sorted(f.node_labels.items())), f.tolerations) for f in flavors),
+        )
+        spec = self._specs.get(key)
+        if spec is None:
+            if len(self._specs) >= 4096:
+                self._specs.clear()
+            spec = self._specs[key] = _pod_spec(dps, flavors)
+        return spec
 
     def _resolve(self, workload: WorkloadInfo, rec: RecordedPlan) -> DraPlan:
         """Picks for a recorded plan (devices no longer published still count as taken)."""
