@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_NODE_CHECKS = 50_000
+_ZERO = Fraction(0)
 _RESOURCES = ("cpu", "memory", "pods")
 MissKind = Literal[
     "devices",
@@ -243,7 +244,7 @@ class _Step:
     """What placing one pod on one node changed (undone on backtrack or discard)."""
 
     node: int
-    requests: dict[str, Fraction]
+    requests: tuple[tuple[str, Fraction], ...]  # non-zero
     claims: tuple[ClaimAllocation, ...]
     new_shared: tuple[str, ...]
 
@@ -260,17 +261,15 @@ class Transaction:
     # ---- changes ---------------------------------------------------------------------------
     def _apply(self, step: _Step) -> None:
         used = self.state.used[step.node]
-        for r, v in step.requests.items():
-            if v:  # adding nothing changes nothing
-                used[r] = used.get(r, Fraction(0)) + v
+        for r, v in step.requests:
+            used[r] = used.get(r, _ZERO) + v
         self._steps.append(step)
 
     def _undo_last(self) -> None:
         step = self._steps.pop()
         used = self.state.used[step.node]
-        for r, v in step.requests.items():
-            if v:
-                used[r] -= v
+        for r, v in step.requests:
+            used[r] -= v
         for ca in step.claims:
             for p in ca.picks:
                 self.state.usage.give_back(p)
@@ -311,7 +310,8 @@ class Transaction:
 class _PodPlan:
     pod: Pod
     key: str
-    requests: dict[str, Fraction]
+    requests: tuple[tuple[str, Fraction], ...]  # the non-zero ones, in the pod's order
+    resources: tuple[tuple[str, Fraction], ...]  # ``requests`` sorted (``PodPlacement.node_resources``)
     own: tuple[PreparedClaim, ...]  # per-pod claims from templates
     shared: tuple[tuple[str, PreparedClaim | None], ...]  # key, prepared (None: allocated before the gang)
     shape: tuple[object, ...]
@@ -336,7 +336,8 @@ class _SpecStatic:
     spec: PodSpec
     templates: tuple[ResourceClaimTemplate, ...]  # the templates used, in claim order
     protos: tuple[tuple[str, PreparedClaim], ...]
-    requests: dict[str, Fraction]
+    requests: tuple[tuple[str, Fraction], ...]
+    resources: tuple[tuple[str, Fraction], ...]
     shape: tuple[object, ...]
     extended: dict[str, int]
     need: int
@@ -349,6 +350,7 @@ def _with_shared(plan: _PodPlan, shared: tuple[tuple[str, PreparedClaim | None],
         plan.pod,
         plan.key,
         plan.requests,
+        plan.resources,
         plan.own,
         shared,
         plan.shape,
@@ -411,7 +413,16 @@ class _Gang:
                 for name, proto in ss.protos
             )
             plan = _PodPlan(
-                pod, pod.key, ss.requests, own, (), ss.shape, ss.static_ok, extended=ss.extended, need=ss.need
+                pod,
+                pod.key,
+                ss.requests,
+                ss.resources,
+                own,
+                (),
+                ss.shape,
+                ss.static_ok,
+                extended=ss.extended,
+                need=ss.need,
             )
             self._remember(pod, ss.templates, plan)
         else:  # a template changed
@@ -534,13 +545,26 @@ class _Gang:
                     if not any(a.all_mode or a.admin_access for a in alts):
                         need += min(a.count for a in alts)
         static_ok: dict[int, NodeMiss | None] = {}
-        ss = _SpecStatic(spec, tuple(templates), tuple(protos), requests, shape, extended, need, static_ok)
+        nonzero = tuple((r, v) for r, v in requests.items() if v)
+        resources = tuple(sorted(nonzero))
+        ss = _SpecStatic(
+            spec, tuple(templates), tuple(protos), nonzero, resources, shape, extended, need, static_ok
+        )
         cache = self.state._spec_static
         if len(cache) > 10_000:
             cache.clear()
         cache[(id(spec), ns)] = ss
         plan = _PodPlan(
-            pod, pod.key, requests, tuple(own), tuple(shared), shape, static_ok, extended=extended, need=need
+            pod,
+            pod.key,
+            nonzero,
+            resources,
+            tuple(own),
+            tuple(shared),
+            shape,
+            static_ok,
+            extended=extended,
+            need=need,
         )
         self._remember(pod, ss.templates, plan)
         return plan
@@ -567,11 +591,12 @@ class _Gang:
             plan.implicit[routed] = None if ic is None else (ic, self.state.allocator.prepare_claim(ic.claim))
         return plan.implicit[routed]
 
-    def _node_requests(self, plan: _PodPlan, i: int) -> dict[str, Fraction]:
+    def _node_requests(self, plan: _PodPlan, i: int) -> tuple[tuple[str, Fraction], ...]:
+        """The pod's non-zero requests of node allocatable on node i."""
         routed = self._routed(plan, i)
         if not routed:
             return plan.requests
-        return {r: v for r, v in plan.requests.items() if r not in routed}
+        return tuple((r, v) for r, v in plan.requests if r not in routed)
 
     # ---- checks ---------------------------------------------------------------------------
     def _static_miss(self, plan: _PodPlan, i: int) -> NodeMiss | None:
@@ -620,16 +645,14 @@ class _Gang:
                 )
         cap = self.state.allocatable[i]
         used = self.state.used[i]
-        for r, need in self._node_requests(plan, i).items():
-            if not need:
-                continue
+        for r, need in self._node_requests(plan, i):
             if "/" not in r:  # cpu, memory, pods, ephemeral-storage, hugepages-*: if published
                 if cap is None or r not in cap:
                     continue
                 have = cap[r]
             else:  # extended resources: a node that does not publish one has none
-                have = (cap or {}).get(r, Fraction(0))
-            free = have - used.get(r, Fraction(0))
+                have = (cap or {}).get(r, _ZERO)
+            free = have - used.get(r, _ZERO)
             if need > free:
                 return NodeMiss(
                     node.name,
@@ -676,13 +699,14 @@ class _Gang:
                 return False
         else:
             got = ()
-        shared_keys = set(new_shared)
         extended: ClaimAllocation | None = None
-        for ca in got:
-            if ca.claim.key in shared_keys:
-                self.txn.shared[ca.claim.key] = ca
-            elif implicit is not None and ca.claim.key == implicit.claim.key:
-                extended = ca
+        if new_shared or implicit is not None:
+            shared_keys = set(new_shared)
+            for ca in got:
+                if ca.claim.key in shared_keys:
+                    self.txn.shared[ca.claim.key] = ca
+                elif implicit is not None and ca.claim.key == implicit.claim.key:
+                    extended = ca
         requests = self._node_requests(plan, i)
         self.txn._apply(_Step(i, requests, got, tuple(new_shared)))
         self.placements.append(
@@ -694,7 +718,7 @@ class _Gang:
                 extended,
                 implicit.mappings if implicit is not None else (),
                 implicit.resources if implicit is not None else (),
-                tuple(sorted((r, v) for r, v in requests.items() if v)),
+                plan.resources if requests is plan.requests else tuple(sorted(requests)),
             )
         )
         return True

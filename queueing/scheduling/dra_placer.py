@@ -238,6 +238,7 @@ class DraState:
     depth: int = field(default=0, compare=False, repr=False)
 
 
+_ZERO = Fraction(0)
 _MAX_DEPTH = 64  # derivation chains longer than this are cut (the placer then compares all keys)
 
 
@@ -273,6 +274,22 @@ class _FreeCounts:
             self.by_name[name] = v
             self.hist[old] -= mult
             self.hist[v] = self.hist.get(v, 0) + mult
+
+
+@dataclass(slots=True)
+class _PlanInfo:
+    """What applying a held plan changes (``DraPlacer._info``)."""
+
+    plan: DraPlan
+    totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]  # node's used, its additions
+    picks: tuple[Pick, ...]  # the pods' own picks, pod by pod
+    taken: tuple[tuple[str, int], ...]  # node -> picks that ``_count_taken`` counts there
+    shared: bool  # a pod uses or allocates a shared claim (then applied pod by pod)
+
+
+def _counted(p: Pick) -> bool:
+    """Whether a pick counts in ``DraPlacer._taken_by_node``: an exclusive node-local device."""
+    return not p.admin_access and not p.device.multi and p.device.node_name is not None
 
 
 def _core_toleration(t: Toleration) -> CoreToleration:
@@ -326,9 +343,7 @@ class DraPlacer:
             if cnt > 0 and dev is not None and dev.node_name is not None:
                 self._taken_by_node[dev.node_name] = self._taken_by_node.get(dev.node_name, 0) + 1
         self._free: _FreeCounts | None = None  # built on first use, then kept in step
-        self._totals: dict[
-            int, tuple[DraPlan, list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]]
-        ] = {}
+        self._plan_info: dict[int, _PlanInfo] = {}  # id(plan) -> see ``_info``
         self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str]] = {}
         self._unit_cache: (
             tuple[
@@ -538,12 +553,23 @@ class DraPlacer:
         taken = self._taken_by_node
         fc = self._free
         for p in picks:
-            d = p.device
-            if not p.admin_access and not d.multi and d.node_name is not None:
-                t = taken.get(d.node_name, 0) + sign
-                taken[d.node_name] = t
+            if _counted(p):
+                name = p.device.node_name
+                assert name is not None
+                t = taken.get(name, 0) + sign
+                taken[name] = t
                 if fc is not None:
-                    fc.update(d.node_name, t)
+                    fc.update(name, t)
+
+    def _count_nodes(self, per_node: Sequence[tuple[str, int]], sign: int) -> None:
+        """``_count_taken`` for picks counted per node (``_PlanInfo.taken``)."""
+        taken = self._taken_by_node
+        fc = self._free
+        for name, n in per_node:
+            t = taken.get(name, 0) + sign * n
+            taken[name] = t
+            if fc is not None:
+                fc.update(name, t)
 
     def _demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str]:
         """Devices each pod of the pod set needs at least (ExactCount requests of its per-pod claims
@@ -721,12 +747,14 @@ class DraPlacer:
                 self._applied[k] = plans
         self._synced = state
 
-    def _node_totals(self, plan: DraPlan) -> list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]:
-        """What the plan's pods take from each node's allocatable, summed per node (exact sums:
-        adding them at once equals adding them pod by pod)."""
-        hit = self._totals.get(id(plan))
-        if hit is not None and hit[0] is plan:
-            return hit[1]
+    def _info(self, plan: DraPlan) -> _PlanInfo:
+        """What applying the plan changes, computed once per plan: what its pods take from each
+        node's allocatable, summed per node (exact sums: adding them at once equals adding them pod
+        by pod); its pods' own picks, pod by pod; the node-local exclusive devices they take, per node
+        (``_count_taken`` over them in one step per node ends where counting pick by pick ends)."""
+        hit = self._plan_info.get(id(plan))
+        if hit is not None and hit.plan is plan:
+            return hit
         cs = self.cluster
         per: dict[int, dict[str, Fraction]] = {}
         for pp in plan.pods:
@@ -736,18 +764,35 @@ class DraPlacer:
             acc = per.setdefault(i, {})
             for r, v in pp.node_resources:
                 if v:
-                    acc[r] = acc.get(r, Fraction(0)) + v
-        out = [(cs.used[i], [(r, v) for r, v in acc.items() if v]) for i, acc in per.items()]
-        if len(self._totals) > 50_000:
-            self._totals.clear()
-        self._totals[id(plan)] = (plan, out)
-        return out
+                    have = acc.get(r)
+                    acc[r] = v if have is None else have + v
+        totals = [(cs.used[i], [(r, v) for r, v in acc.items() if v]) for i, acc in per.items()]
+        picks = tuple(p for pp in plan.pods for p in pp.picks)
+        taken: dict[str, int] = {}
+        for p in picks:
+            d = p.device
+            if _counted(p):
+                assert d.node_name is not None
+                taken[d.node_name] = taken.get(d.node_name, 0) + 1
+        shared = any(pp.shared or pp.shared_new for pp in plan.pods)
+        info = _PlanInfo(plan, totals, picks, tuple(taken.items()), shared)
+        if len(self._plan_info) > 50_000:
+            self._plan_info.clear()
+        self._plan_info[id(plan)] = info
+        return info
 
     def _apply(self, plan: DraPlan) -> None:
         cs = self.cluster
-        for used, res in self._node_totals(plan):
+        info = self._info(plan)
+        for used, res in info.totals:
             for r, v in res:
-                used[r] = used.get(r, Fraction(0)) + v
+                used[r] = used.get(r, _ZERO) + v
+        if not info.shared:
+            take = cs.usage.take
+            for p in info.picks:
+                take(p)
+            self._count_nodes(info.taken, 1)
+            return
         for pp in plan.pods:
             for p in pp.picks:
                 cs.usage.take(p)
@@ -767,9 +812,16 @@ class DraPlacer:
 
     def _unapply(self, plan: DraPlan) -> None:
         cs = self.cluster
-        for used, res in self._node_totals(plan):
+        info = self._info(plan)
+        for used, res in info.totals:
             for r, v in res:
-                used[r] = used.get(r, Fraction(0)) - v
+                used[r] = used.get(r, _ZERO) - v
+        if not info.shared:
+            give_back = cs.usage.give_back
+            for p in info.picks:
+                give_back(p)
+            self._count_nodes(info.taken, -1)
+            return
         for pp in plan.pods:
             for p in pp.picks:
                 cs.usage.give_back(p)
