@@ -712,16 +712,25 @@ class Allocator:
                 self._fail[fail_key] = (usage.token, usage.epoch)
                 return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         # early pruning: every request needs enough statically matching devices
+        single: list[tuple[_Candidate, ...]] = []  # candidates of the steps with one alternative
+        taken = usage.devices
         for _ci, alts in steps:
-            if not any(self._statically_possible(a, node) for a in alts):
+            if len(alts) != 1:
+                if not any(self._statically_possible(a, node) for a in alts):
+                    self._fail[fail_key] = (usage.token, usage.epoch)
+                    return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
+                continue
+            a = alts[0]
+            cands = self.candidates(a, node)
+            single.append(cands)
+            if len(cands) < (1 if a.all_mode else a.count):  # ``_statically_possible``
                 self._fail[fail_key] = (usage.token, usage.epoch)
                 return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-            if len(alts) == 1 and not alts[0].all_mode and not alts[0].admin_access:
+            if not a.all_mode and not a.admin_access:
                 # cheap dynamic prune: enough devices not taken at all?
-                a = alts[0]
                 free = 0
-                for c in self.candidates(a, node):
-                    if c.dev.multi or not usage.is_taken(c.dev.key):
+                for c in cands:
+                    if c.dev.multi or not taken.get(c.dev.key, 0) > 0:
                         free += 1
                         if free >= a.count:
                             break
@@ -729,7 +738,7 @@ class Allocator:
                     self._fail[fail_key] = (usage.token, usage.epoch)
                     return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         search = _Search(usage=usage, node=node, steps_left=self.max_steps)
-        if greedy and self._greedy(steps, search):
+        if greedy and self._greedy(steps, single, search):
             return self._results(claims, node, search)
         search.cvals = [[[] for _ in pc.constraints] for pc in claims]
         try:
@@ -745,11 +754,16 @@ class Allocator:
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         return self._results(claims, node, search)
 
-    def _greedy(self, steps: list[tuple[int, tuple[Alternative, ...]]], s: _Search) -> bool:
+    def _greedy(
+        self,
+        steps: list[tuple[int, tuple[Alternative, ...]]],
+        candidates: list[tuple[_Candidate, ...]],
+        s: _Search,
+    ) -> bool:
         """The path ``_solve`` takes first, when it never has to backtrack: for each request in
         order, the first devices of its candidates that ``_try`` accepts. Only for layouts where
         ``_layout`` allows it (one ExactCount alternative per request, no admin access, no
-        constraints): there, on a device that is not ``multi`` and has no CEL error, ``_try`` checks
+        constraints; ``candidates``: each request's): there, on a device that is not ``multi`` and has no CEL error, ``_try`` checks
         only the step bound, whether the device is taken (a device picked before in the claim is
         taken) and the shared counters, as below. A depth-first search whose first path reaches a
         leaf returns that leaf, so a success here is exactly ``_solve``'s result. Returns False with
@@ -761,9 +775,8 @@ class Allocator:
         total = self.inventory.counters
         tries = 0
         ok = True
-        for ci, alts in steps:
+        for (ci, alts), cands in zip(steps, candidates, strict=True):
             alt = alts[0]
-            cands = self.candidates(alt, s.node)
             left = alt.count
             n = len(cands)
             for j, cand in enumerate(cands):

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from fractions import Fraction
+from math import isqrt
 
 from queueing.api.base import ObjectMeta
 from queueing.api.core import (
@@ -228,24 +229,132 @@ class RecordedPlan:
 
 @dataclass(frozen=True)
 class DraState:
-    """Which plans hold devices and node resources: workload key -> plans (usually one)."""
+    """Which plans hold devices and node resources: workload key -> plans (usually one). A value:
+    ``holds`` is never changed in place (states derived from this one share it)."""
 
     holds: Mapping[str, tuple[DraPlan, ...]] = field(default_factory=dict)
-    # the state this one was derived from by ``DraPlacer.add``/``remove`` and the keys that differ
-    # from it: lets the placer bring its ClusterState in step by the difference only
+    # a state this one was derived from by ``DraPlacer.add``/``remove`` (the one before, or for
+    # every ``_CHECKPOINT``-th state of a chain the checkpoint before) and the keys that may differ
+    # from it, ``depth`` derivations from the root of the chain: lets the placer bring its
+    # ClusterState in step by the difference only
     parent: DraState | None = field(default=None, compare=False, repr=False)
     changed: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     depth: int = field(default=0, compare=False, repr=False)
 
 
+class _Holds(Mapping[str, tuple[DraPlan, ...]]):
+    """Holds derived from others by setting or deleting keys, as ``dict(holds)`` changed in place
+    would be (same items, same order), without copying every hold: a base dict shared with the
+    holds it was derived from (never changed), the operations since (replayed in order when all
+    items are needed) and the latest value of each key they touched. The base is rebuilt when the
+    operations outgrow the square root of its size, so a change costs O(sqrt n), not O(n)."""
+
+    __slots__ = ("_base", "_full_dict", "_latest", "_ops")
+
+    def __init__(
+        self,
+        base: dict[str, tuple[DraPlan, ...]],
+        ops: tuple[tuple[str, tuple[DraPlan, ...] | None], ...] = (),
+        latest: dict[str, tuple[DraPlan, ...] | None] | None = None,
+    ) -> None:
+        self._base = base
+        self._ops = ops  # (key, value); None deletes
+        self._latest = latest if latest is not None else {}
+        self._full_dict: dict[str, tuple[DraPlan, ...]] | None = None if ops else base
+
+    @staticmethod
+    def derive(
+        holds: Mapping[str, tuple[DraPlan, ...]], key: str, value: tuple[DraPlan, ...] | None
+    ) -> _Holds:
+        """``holds`` with ``key`` set to ``value`` (None: deleted; the key must be there)."""
+        if isinstance(holds, _Holds):
+            base, ops, latest = holds._base, holds._ops, dict(holds._latest)
+        elif isinstance(holds, dict):  # a state's holds are never changed in place: shared
+            base, ops, latest = holds, (), {}
+        else:
+            base, ops, latest = dict(holds), (), {}
+        ops = (*ops, (key, value))
+        latest[key] = value
+        if len(ops) > max(32, isqrt(len(base))):
+            return _Holds(_replay(base, ops))
+        return _Holds(base, ops, latest)
+
+    def _full(self) -> dict[str, tuple[DraPlan, ...]]:
+        if self._full_dict is None:
+            self._full_dict = _replay(self._base, self._ops)
+        return self._full_dict
+
+    def __getitem__(self, key: str) -> tuple[DraPlan, ...]:
+        if key in self._latest:
+            v = self._latest[key]
+            if v is None:
+                raise KeyError(key)
+            return v
+        return self._base[key]
+
+    def get(  # type: ignore[override]
+        self, key: str, default: tuple[DraPlan, ...] | None = None
+    ) -> tuple[DraPlan, ...] | None:
+        if key in self._latest:
+            v = self._latest[key]
+            return v if v is not None else default
+        return self._base.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._latest:
+            return self._latest[key] is not None
+        return key in self._base
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._full())
+
+    def __len__(self) -> int:
+        return len(self._full())
+
+    def keys(self) -> KeysView[str]:
+        return self._full().keys()
+
+    def items(self) -> ItemsView[str, tuple[DraPlan, ...]]:
+        return self._full().items()
+
+    def values(self) -> ValuesView[tuple[DraPlan, ...]]:
+        return self._full().values()
+
+    def __repr__(self) -> str:
+        return repr(self._full())
+
+
+def _replay(
+    base: dict[str, tuple[DraPlan, ...]], ops: tuple[tuple[str, tuple[DraPlan, ...] | None], ...]
+) -> dict[str, tuple[DraPlan, ...]]:
+    out = dict(base)
+    for k, v in ops:
+        if v is None:
+            del out[k]
+        else:
+            out[k] = v
+    return out
+
+
 _ZERO = Fraction(0)
-_MAX_DEPTH = 64  # derivation chains longer than this are cut (the placer then compares all keys)
+_CHECKPOINT = 64  # see ``DraState.parent``: walks up a chain take at most this many steps per checkpoint
+_MAX_DEPTH = 2048  # derivation chains longer than this are cut (the placer then compares all keys)
 
 
 def _derived(state: DraState, holds: Mapping[str, tuple[DraPlan, ...]], key: str) -> DraState:
-    if state.depth >= _MAX_DEPTH:
+    depth = state.depth + 1
+    if depth > _MAX_DEPTH:
         return DraState(holds)
-    return DraState(holds, state, frozenset((key,)), state.depth + 1)
+    if depth % _CHECKPOINT:
+        return DraState(holds, state, frozenset((key,)), depth)
+    # a checkpoint: derived from the checkpoint (or root) before, with every key changed since;
+    # the states in between are no longer kept alive by the chain
+    changed = {key}
+    x = state
+    while x.depth % _CHECKPOINT and x.parent is not None:
+        changed.update(x.changed)
+        x = x.parent
+    return DraState(holds, x, frozenset(changed), depth)
 
 
 # ------------------------------------------------------------------------------------ the placer
@@ -375,16 +484,12 @@ class DraPlacer:
         d = placement.detail
         if not isinstance(d, DraPlan):
             return state
-        holds = dict(state.holds)
-        holds[key] = (*holds.get(key, ()), d)
-        return _derived(state, holds, key)
+        return _derived(state, _Holds.derive(state.holds, key, (*state.holds.get(key, ()), d)), key)
 
     def remove(self, state: DraState, key: str) -> DraState:
         if key not in state.holds:
             return state
-        holds = dict(state.holds)
-        del holds[key]
-        return _derived(state, holds, key)
+        return _derived(state, _Holds.derive(state.holds, key, None), key)
 
     def place(
         self,
@@ -648,28 +753,22 @@ class DraPlacer:
 
     # ---- the mutable ClusterState in step with a DraState ------------------------------------
     def _delta(self, state: DraState) -> set[str] | None:
-        """Keys whose holds may differ between ``state`` and the synced state (None: unknown)."""
-        synced = self._synced
-        if synced is None:
-            return None
-        back: dict[int, int] = {}
-        x: DraState | None = synced
-        chain_b: list[DraState] = []
-        while x is not None:
-            back[id(x)] = len(chain_b)
-            chain_b.append(x)
-            x = x.parent
+        """Keys whose holds may differ between ``state`` and the synced state (None: unknown): the
+        keys changed on the way up from both to their nearest common ancestor (the deeper one
+        steps up first: a parent is always less deep)."""
+        x: DraState | None = state
+        y: DraState | None = self._synced
         keys: set[str] = set()
-        y: DraState | None = state
-        while y is not None:
-            j = back.get(id(y))
-            if j is not None and chain_b[j] is y:
-                for b in chain_b[:j]:
-                    keys.update(b.changed)
-                return keys
-            keys.update(y.changed)
-            y = y.parent
-        return None
+        while x is not y:
+            if x is None or y is None:
+                return None
+            if x.depth >= y.depth:
+                keys.update(x.changed)
+                x = x.parent
+            else:
+                keys.update(y.changed)
+                y = y.parent
+        return keys if x is not None else None
 
     def sync(self, state: DraState) -> None:
         if state is self._synced:
@@ -683,6 +782,8 @@ class DraPlacer:
             for k in keys:
                 cur = want.get(k)
                 plans = self._applied.get(k)
+                if cur is plans:
+                    continue
                 if plans is not None and (
                     cur is None
                     or len(cur) != len(plans)
@@ -694,11 +795,10 @@ class DraPlacer:
                 elif plans is None:
                     redo.append(k)
             if not any(
-                pp.shared or pp.shared_new
+                self._info(plan).shared
                 for k in redo
                 for plans in (self._applied.get(k, ()), want.get(k, ()))
                 for plan in plans
-                for pp in plan.pods
             ):
                 for k in redo:
                     old = self._applied.pop(k, None)
