@@ -201,6 +201,9 @@ class ClusterState:
         self.templates: dict[str, ResourceClaimTemplate] = {t.key: t for t in templates}
         self.usage: Usage = self.inventory.usage([c for c in self.claims.values() if c.status.allocation])
         self.inventory.index_free(self.usage, self.nodes)  # blocks of nodes by free devices
+        # per node: its devices when ``Inventory.free_on`` counts them as total minus
+        # ``Usage.node_taken`` (simple nodes without multi-allocation devices), else None
+        self.simple_devices: list[int | None] = [self.inventory.simple_devices(n) for n in self.nodes]
         # node allocatable of every resource (None: the node publishes none; then cpu/memory/pods are
         # not checked, but extended resources count as 0)
         self.allocatable: list[dict[str, Fraction] | None] = []
@@ -738,6 +741,8 @@ class _Gang:
         end = len(nodes)
         free_on = self.state.inventory.free_on
         usage = self.state.usage
+        taken = usage.node_taken
+        simple = self.state.simple_devices
         # blocks of nodes whose free devices sum to less than ``need`` (``Usage.block_free``):
         # every node of such a block is skipped below anyway
         blocks = usage.block_free if need and usage.node_block is not None else None
@@ -753,7 +758,8 @@ class _Gang:
             if need:
                 # a node with fewer free devices than the pod's own claims need fails in ``_try``
                 # anyway (at the allocator's count check); skip it, counted as a check all the same
-                free = free_on(nodes[i], usage)
+                total = simple[i]
+                free = total - taken.get(nodes[i].name, 0) if total is not None else free_on(nodes[i], usage)
                 if free is not None and free < need:
                     self._skip(1)
                     i += 1

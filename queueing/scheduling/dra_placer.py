@@ -385,6 +385,9 @@ class _FreeCounts:
             self.hist[v] = self.hist.get(v, 0) + mult
 
 
+_Pods = tuple[list[Pod], dict[str, tuple[Pod, str, int]]]  # see ``DraPlacer._pods``
+
+
 @dataclass(slots=True)
 class _PlanInfo:
     """What applying a held plan changes (``DraPlacer._info``)."""
@@ -441,9 +444,7 @@ class DraPlacer:
         self._synced: DraState | None = None
         self._shared_users: dict[str, int] = {}
         self._shared_ours: dict[str, tuple[Pick, ...]] = {}  # shared claims allocated by held plans
-        self._pods_cache: OrderedDict[tuple[object, ...], tuple[list[Pod], list[tuple[str, int]]]] = (
-            OrderedDict()
-        )
+        self._pods_cache: OrderedDict[tuple[object, ...], _Pods] = OrderedDict()
         self._resolved: dict[RecordedPlan, DraPlan] = {}
         self._specs: dict[tuple[object, ...], PodSpec] = {}  # see ``_spec``
         self._taken_by_node: dict[str, int] = {}
@@ -502,7 +503,7 @@ class DraPlacer:
         if not isinstance(req, DraRequest):
             return Placement(nodes=(), device_charges={}, detail=DraPlan(()))
         try:
-            pods, index = self._pods(workload, req, counts, flavors)
+            pods, slots = self._pods(workload, req, counts, flavors)
         except AllocationError as e:
             return PlacementFailure(str(e))
         if not pods:
@@ -524,16 +525,13 @@ class DraPlacer:
         try:
             key = workload.key
             charges = charge_gang(result, self.cluster, pods, workload_of=lambda _p: key)
-            by_pod = dict(zip((p.key for p in pods), index, strict=True))
-            pos = {pi: j for j, pi in enumerate(index)}
             plans: list[PodPlan] = []
             for pp in result.placements:
-                ps_name, i = by_pod[pp.pod]
+                pod, ps_name, i = slots[pp.pod]
                 shared = set(pp.shared)
                 own: list[Pick] = []
                 shared_new: list[tuple[str, ClaimAllocation | ResourceClaim]] = []
                 planned: list[PlannedClaim] = []
-                pod = pods[pos[(ps_name, i)]]
                 for ca in pp.claims:
                     results = tuple((ca.allocation.devices.results or []) if ca.allocation.devices else [])
                     if ca.claim.key in shared:
@@ -967,7 +965,8 @@ class DraPlacer:
         req: DraRequest,
         counts: Mapping[str, int],
         flavors: Mapping[str, Sequence[FlavorSpec]],
-    ) -> tuple[list[Pod], list[tuple[str, int]]]:
+    ) -> _Pods:
+        """The workload's pods (pod sets in order) and per pod key the pod, its pod set and index."""
         ck = (
             workload.key,
             req.signature,
@@ -979,7 +978,7 @@ class DraPlacer:
             self._pods_cache.move_to_end(ck)  # least recently used first out
             return hit
         pods: list[Pod] = []
-        index: list[tuple[str, int]] = []
+        slots: dict[str, tuple[Pod, str, int]] = {}
         for ps in workload.pod_sets:
             dps = req.pod_set(ps.name)
             if dps is None:
@@ -988,23 +987,22 @@ class DraPlacer:
             spec = self._spec(req, dps, flavors.get(ps.name, ()))
             labels = dict((dps.template.metadata or {}).get("labels") or {})
             for i in range(n):
-                pods.append(
-                    Pod(
-                        api_version="v1",
-                        kind="Pod",
-                        metadata=ObjectMeta(
-                            name=pod_name(workload.name, ps.name, i),
-                            namespace=workload.namespace,
-                            labels=labels or None,
-                        ),
-                        spec=spec,
-                    )
+                pod = Pod(
+                    api_version="v1",
+                    kind="Pod",
+                    metadata=ObjectMeta(
+                        name=pod_name(workload.name, ps.name, i),
+                        namespace=workload.namespace,
+                        labels=labels or None,
+                    ),
+                    spec=spec,
                 )
-                index.append((ps.name, i))
+                pods.append(pod)
+                slots[pod.key] = (pod, ps.name, i)
         while len(self._pods_cache) >= 8192:
             self._pods_cache.popitem(last=False)
-        self._pods_cache[ck] = (pods, index)
-        return pods, index
+        out = self._pods_cache[ck] = (pods, slots)
+        return out
 
     def _spec(self, req: DraRequest, dps: DraPodSet, flavors: Sequence[FlavorSpec]) -> PodSpec:
         """The pods' spec for a pod set and its flavors: one object per content (the request's
