@@ -532,23 +532,18 @@ class DraPlacer:
                 own: list[Pick] = []
                 shared_new: list[tuple[str, ClaimAllocation | ResourceClaim]] = []
                 planned: list[PlannedClaim] = []
+                prefix = f"{pod.name}-"
                 for ca in pp.claims:
-                    results = tuple((ca.allocation.devices.results or []) if ca.allocation.devices else [])
-                    if ca.claim.key in shared:
+                    devices = ca.allocation.devices
+                    results = tuple((devices.results or []) if devices else [])
+                    if shared and ca.claim.key in shared:
                         shared_new.append((ca.claim.key, ca))
                     else:
                         own.extend(ca.picks)
                         ext = is_extended_resource_claim(ca.claim)
-                        prefix = f"{pod.name}-"
-                        name = (
-                            ca.claim.name
-                            if ext
-                            else (
-                                ca.claim.name[len(prefix) :]
-                                if ca.claim.name.startswith(prefix)
-                                else ca.claim.name
-                            )
-                        )
+                        name = ca.claim.name
+                        if not ext and name.startswith(prefix):
+                            name = name[len(prefix) :]
                         planned.append(PlannedClaim(name, None, results, ext))
                 for prc in pod.spec.resource_claims or []:
                     if prc.resource_claim_name:
