@@ -160,6 +160,7 @@ class PreparedClaim:
     requests: tuple[tuple[Alternative, ...], ...]
     constraints: tuple[Constraint, ...]
     shape: tuple[object, ...] = ()  # what the outcome depends on (not the claim's name)
+    shape_id: int = 0  # the allocator's number for ``shape`` (equal shapes, equal numbers)
 
     @property
     def key(self) -> str:
@@ -333,15 +334,16 @@ class Allocator:
         self.max_steps = max_steps
         self._class_selectors: dict[str, tuple[BoundSelector, ...]] = {}
         self._candidates: dict[tuple[tuple[object, ...], str], tuple[_Candidate, ...]] = {}
-        # (claims shape, node) -> (usage token, epoch) of a search that found no fit
-        self._fail: dict[tuple[object, str], tuple[object, int]] = {}
+        # (claims' shape ids, node) -> (usage token, epoch) of a search that found no fit
+        self._fail: dict[tuple[tuple[int, ...], str], tuple[object, int]] = {}
         # claims shape -> (usage token, epoch, node sequence, index of the first node worth trying)
         self._skip: dict[tuple[object, ...], tuple[object, int, object, int]] = {}
         # see ``_results``: (node, requests and devices picked) -> allocation result (never mutated)
         self._result_cache: dict[tuple[object, ...], AllocationResult] = {}
         self._result_seen: set[tuple[object, ...]] = set()
-        # claims shapes -> ``_layout`` of claims of those shapes
-        self._layouts: dict[tuple[object, ...], tuple[int, bool]] = {}
+        self._shape_ids: dict[tuple[object, ...], int] = {}  # see ``PreparedClaim.shape_id``
+        # claims' shape ids -> ``_layout`` of claims of those shapes
+        self._layouts: dict[tuple[int, ...], tuple[int, bool]] = {}
 
     # ---- preparation (node independent) ---------------------------------------------------
     def _class(self, name: str, ref: str, field_path: str) -> tuple[DeviceClass, tuple[BoundSelector, ...]]:
@@ -473,7 +475,8 @@ class Allocator:
             tuple(tuple((a.signature, a.count, a.all_mode) for a in alts) for alts in prepared),
             tuple(constraints),
         )
-        return PreparedClaim(claim, ref, tuple(prepared), tuple(constraints), shape)
+        shape_id = self._shape_ids.setdefault(shape, len(self._shape_ids))
+        return PreparedClaim(claim, ref, tuple(prepared), tuple(constraints), shape, shape_id)
 
     def prepare_renamed(self, pc: PreparedClaim, claim: ResourceClaim) -> PreparedClaim:
         """``prepare_claim(claim)`` for a claim that differs from ``pc.claim`` in its name only:
@@ -505,7 +508,7 @@ class Allocator:
             )
             for alts in pc.requests
         )
-        return PreparedClaim(claim, ref, requests, pc.constraints, pc.shape)
+        return PreparedClaim(claim, ref, requests, pc.constraints, pc.shape, pc.shape_id)
 
     def _alternative(
         self,
@@ -694,7 +697,7 @@ class Allocator:
     ) -> tuple[ClaimAllocation, ...] | Shortfall | None:
         """All claims on ``node``, or why not (a Shortfall; None when ``explain`` is off, which is
         cheaper). On success the picks stay taken in ``usage``."""
-        shapes = tuple(pc.shape for pc in claims)
+        shapes = tuple(pc.shape_id for pc in claims)  # cheaper to hash than the shapes
         fail_key = (shapes, node.name if node is not None else "")
         seen = self._fail.get(fail_key)
         if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
