@@ -160,6 +160,7 @@ class PreparedClaim:
     requests: tuple[tuple[Alternative, ...], ...]
     constraints: tuple[Constraint, ...]
     shape: tuple[object, ...] = ()  # what the outcome depends on (not the claim's name)
+    shape_id: int = 0  # the allocator's number for ``shape`` (equal shapes, equal numbers)
 
     @property
     def key(self) -> str:
@@ -333,13 +334,16 @@ class Allocator:
         self.max_steps = max_steps
         self._class_selectors: dict[str, tuple[BoundSelector, ...]] = {}
         self._candidates: dict[tuple[tuple[object, ...], str], tuple[_Candidate, ...]] = {}
-        # (claims shape, node) -> (usage token, epoch) of a search that found no fit
-        self._fail: dict[tuple[object, str], tuple[object, int]] = {}
+        # (claims' shape ids, node) -> (usage token, epoch) of a search that found no fit
+        self._fail: dict[tuple[tuple[int, ...], str], tuple[object, int]] = {}
         # claims shape -> (usage token, epoch, node sequence, index of the first node worth trying)
         self._skip: dict[tuple[object, ...], tuple[object, int, object, int]] = {}
         # see ``_results``: (node, requests and devices picked) -> allocation result (never mutated)
         self._result_cache: dict[tuple[object, ...], AllocationResult] = {}
         self._result_seen: set[tuple[object, ...]] = set()
+        self._shape_ids: dict[tuple[object, ...], int] = {}  # see ``PreparedClaim.shape_id``
+        # claims' shape ids -> ``_layout`` of claims of those shapes
+        self._layouts: dict[tuple[int, ...], tuple[int, bool]] = {}
 
     # ---- preparation (node independent) ---------------------------------------------------
     def _class(self, name: str, ref: str, field_path: str) -> tuple[DeviceClass, tuple[BoundSelector, ...]]:
@@ -471,7 +475,40 @@ class Allocator:
             tuple(tuple((a.signature, a.count, a.all_mode) for a in alts) for alts in prepared),
             tuple(constraints),
         )
-        return PreparedClaim(claim, ref, tuple(prepared), tuple(constraints), shape)
+        shape_id = self._shape_ids.setdefault(shape, len(self._shape_ids))
+        return PreparedClaim(claim, ref, tuple(prepared), tuple(constraints), shape, shape_id)
+
+    def prepare_renamed(self, pc: PreparedClaim, claim: ResourceClaim) -> PreparedClaim:
+        """``prepare_claim(claim)`` for a claim that differs from ``pc.claim`` in its name only:
+        preparing depends on the claim's identity only through the name its messages use (the
+        ``claim_ref`` of its alternatives and the origin of the request's own selectors)."""
+        ref = f"ResourceClaim {claim.key}"
+        old = pc.ref
+        requests = tuple(
+            tuple(
+                Alternative(
+                    ref,
+                    a.request,
+                    a.parent,
+                    a.field,
+                    a.class_name,
+                    a.device_class,
+                    tuple(
+                        BoundSelector(sel.compiled, ref, sel.field) if sel.obj == old else sel
+                        for sel in a.selectors
+                    ),
+                    a.all_mode,
+                    a.count,
+                    a.admin_access,
+                    a.tolerations,
+                    a.capacity,
+                    a.signature,
+                )
+                for a in alts
+            )
+            for alts in pc.requests
+        )
+        return PreparedClaim(claim, ref, requests, pc.constraints, pc.shape, pc.shape_id)
 
     def _alternative(
         self,
@@ -660,17 +697,16 @@ class Allocator:
     ) -> tuple[ClaimAllocation, ...] | Shortfall | None:
         """All claims on ``node``, or why not (a Shortfall; None when ``explain`` is off, which is
         cheaper). On success the picks stay taken in ``usage``."""
-        fail_key = (tuple(pc.shape for pc in claims), node.name if node is not None else "")
+        shapes = tuple(pc.shape_id for pc in claims)  # cheaper to hash than the shapes
+        fail_key = (shapes, node.name if node is not None else "")
         seen = self._fail.get(fail_key)
         if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-        steps: list[tuple[int, tuple[Alternative, ...]]] = []
-        need = 0
-        for ci, pc in enumerate(claims):
-            for alts in pc.requests:
-                steps.append((ci, alts))
-                if not any(a.all_mode or a.admin_access for a in alts):
-                    need += min(a.count for a in alts)
+        layout = self._layouts.get(shapes)
+        if layout is None:
+            layout = self._layouts[shapes] = _layout(claims)
+        need, greedy = layout
+        steps = [(ci, alts) for ci, pc in enumerate(claims) for alts in pc.requests]
         if need:
             # cheapest necessary condition, before any selector is evaluated on this node
             # (shared devices may serve every request once: no bound from counting)
@@ -679,16 +715,25 @@ class Allocator:
                 self._fail[fail_key] = (usage.token, usage.epoch)
                 return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         # early pruning: every request needs enough statically matching devices
+        single: list[tuple[_Candidate, ...]] = []  # candidates of the steps with one alternative
+        taken = usage.devices
         for _ci, alts in steps:
-            if not any(self._statically_possible(a, node) for a in alts):
+            if len(alts) != 1:
+                if not any(self._statically_possible(a, node) for a in alts):
+                    self._fail[fail_key] = (usage.token, usage.epoch)
+                    return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
+                continue
+            a = alts[0]
+            cands = self.candidates(a, node)
+            single.append(cands)
+            if len(cands) < (1 if a.all_mode else a.count):  # ``_statically_possible``
                 self._fail[fail_key] = (usage.token, usage.epoch)
                 return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-            if len(alts) == 1 and not alts[0].all_mode and not alts[0].admin_access:
+            if not a.all_mode and not a.admin_access:
                 # cheap dynamic prune: enough devices not taken at all?
-                a = alts[0]
                 free = 0
-                for c in self.candidates(a, node):
-                    if c.dev.multi or not usage.is_taken(c.dev.key):
+                for c in cands:
+                    if c.dev.multi or not taken.get(c.dev.key, 0) > 0:
                         free += 1
                         if free >= a.count:
                             break
@@ -696,6 +741,8 @@ class Allocator:
                     self._fail[fail_key] = (usage.token, usage.epoch)
                     return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         search = _Search(usage=usage, node=node, steps_left=self.max_steps)
+        if greedy and self._greedy(steps, single, search):
+            return self._results(claims, node, search)
         search.cvals = [[[] for _ in pc.constraints] for pc in claims]
         try:
             ok = self._solve(claims, steps, 0, search)
@@ -709,6 +756,56 @@ class Allocator:
             self._fail[fail_key] = (usage.token, usage.epoch)
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         return self._results(claims, node, search)
+
+    def _greedy(
+        self,
+        steps: list[tuple[int, tuple[Alternative, ...]]],
+        candidates: list[tuple[_Candidate, ...]],
+        s: _Search,
+    ) -> bool:
+        """The path ``_solve`` takes first, when it never has to backtrack: for each request in
+        order, the first devices of its candidates that ``_try`` accepts. Only for layouts where
+        ``_layout`` allows it (one ExactCount alternative per request, no admin access, no
+        constraints; ``candidates``: each request's): there, on a device that is not ``multi`` and has no CEL error, ``_try`` checks
+        only the step bound, whether the device is taken (a device picked before in the claim is
+        taken) and the shared counters, as below. A depth-first search whose first path reaches a
+        leaf returns that leaf, so a success here is exactly ``_solve``'s result. Returns False with
+        nothing taken when the search would backtrack, exceed the step bound or meet a device this
+        does not cover: the general search then decides, from the same state."""
+        usage = s.usage
+        taken = usage.devices
+        used = usage.counters
+        total = self.inventory.counters
+        tries = 0
+        ok = True
+        for (ci, alts), cands in zip(steps, candidates, strict=True):
+            alt = alts[0]
+            left = alt.count
+            n = len(cands)
+            for j, cand in enumerate(cands):
+                if n - j < left:  # ``_pick`` only tries j <= len(cands) - need
+                    break
+                tries += 1
+                dev = cand.dev
+                if tries > self.max_steps or cand.error is not None or dev.multi:
+                    ok = False
+                    break
+                if taken.get(dev.key, 0) > 0:
+                    continue
+                if dev.consumes and any(used.get(ck, 0) + a > total.get(ck, 0) for ck, a in dev.consumes):
+                    continue
+                pick = Pick(dev, alt.request, False, dev.consumes, cand.capacity)
+                usage.take(pick)
+                s.picks.append((ci, alt, pick))
+                left -= 1
+                if not left:
+                    break
+            if left or not ok:
+                for _, _, p in reversed(s.picks):
+                    usage.give_back(p, backtrack=True)
+                s.picks.clear()
+                return False
+        return True
 
     def _statically_possible(self, alt: Alternative, node: Node | None) -> bool:
         n = len(self.candidates(alt, node))
@@ -1020,6 +1117,23 @@ class Allocator:
         if blocked_counters:
             parts.append(f"{blocked_counters} blocked by shared counters or consumed capacity")
         return Shortfall(node_name, pc.key, alt.request, need, free, ", ".join(parts))
+
+
+def _layout(claims: Sequence[PreparedClaim]) -> tuple[int, bool]:
+    """What ``allocate_on`` derives from the claims' shapes: the devices the ExactCount requests
+    without admin access need at least, and whether ``Allocator._greedy`` may be tried (every request
+    has one ExactCount alternative without admin access and no claim has constraints)."""
+    need = 0
+    greedy = True
+    for pc in claims:
+        if pc.constraints:
+            greedy = False
+        for alts in pc.requests:
+            if not any(a.all_mode or a.admin_access for a in alts):
+                need += min(a.count for a in alts)
+            if len(alts) != 1 or alts[0].all_mode or alts[0].admin_access:
+                greedy = False
+    return need, greedy
 
 
 def _node_selector(picks: Sequence[Pick], node: Node | None) -> NodeSelector | None:

@@ -47,6 +47,7 @@ __all__ = [
 
 POD_GROUP_LABEL = "queueing.dra.io/pod-group"
 ClaimSource = Literal["template", "extended-resource", "shared"]
+_ONE = Fraction(1)
 
 
 def default_workload_of(pod: Pod) -> str:
@@ -90,12 +91,23 @@ def claim_charges(
     claim: ResourceClaim, picks: Sequence[Pick]
 ) -> tuple[dict[str, Fraction], tuple[tuple[str, str, str, str], ...]]:
     """Charges of one allocated claim: devices per DeviceClass and their capacity."""
+    return _charges(_request_classes(claim), picks)
+
+
+def _request_classes(claim: ResourceClaim) -> dict[str, str]:
+    """Request (``req`` or ``req/sub``) -> DeviceClass name."""
     classes: dict[str, str] = {}
     for r in claim.spec.devices.requests or []:
         if r.exactly is not None:
             classes[r.name] = r.exactly.device_class_name
         for sub in r.first_available or []:
             classes[f"{r.name}/{sub.name}"] = sub.device_class_name
+    return classes
+
+
+def _charges(
+    classes: Mapping[str, str], picks: Sequence[Pick]
+) -> tuple[dict[str, Fraction], tuple[tuple[str, str, str, str], ...]]:
     out: dict[str, Fraction] = {}
     devices: list[tuple[str, str, str, str]] = []
     for p in picks:
@@ -104,16 +116,19 @@ def claim_charges(
         cls = classes.get(p.request) or classes.get(p.request.split("/", 1)[0], "")
         dev = p.device
         devices.append((cls, dev.key[0], dev.key[1], dev.key[2]))
-        out[cls] = out.get(cls, Fraction(0)) + 1
+        n = out.get(cls)
+        out[cls] = _ONE if n is None else n + 1
         if p.capacity:  # consumable capacity on a shared device
             for fq, amount in p.capacity:
                 published = dev.capacity[fq][0] if fq in dev.capacity else fq.rsplit("/", 1)[-1]
                 k = f"{cls}/{published}"
-                out[k] = out.get(k, Fraction(0)) + amount
+                have = out.get(k)
+                out[k] = amount if have is None else have + amount
         elif not dev.multi:
             for published, cap in dev.capacity.values():
                 k = f"{cls}/{published}"
-                out[k] = out.get(k, Fraction(0)) + cap.value.value
+                have = out.get(k)
+                out[k] = cap.value.value if have is None else have + cap.value.value
     return out, tuple(devices)
 
 
@@ -125,8 +140,14 @@ def charge_gang(
 ) -> GangCharges:
     """Charges of a placed gang per workload (see the module docstring). ``pods`` are the gang's pods
     as given to ``place_gang``; ``workload_of`` maps a pod (or a pod key) to its workload."""
-    known: dict[str, Pod] = {p.key: p for p in state.pods.values()}
-    known.update({p.key: p for p in pods})
+    known_pods: dict[str, Pod] | None = None
+
+    def known() -> dict[str, Pod]:  # only needed for shared claims: built on first use
+        nonlocal known_pods
+        if known_pods is None:
+            known_pods = {p.key: p for p in state.pods.values()}
+            known_pods.update({p.key: p for p in pods})
+        return known_pods
 
     def wl(p: Pod) -> str:
         if workload_of is None:
@@ -141,25 +162,34 @@ def charge_gang(
         ref = next((r for r in refs if r.controller), refs[0] if refs else None)
         if ref is None:
             return None
-        if ref.kind == "Pod" and f"{ns}/{ref.name}" in known:
-            return wl(known[f"{ns}/{ref.name}"])
+        if ref.kind == "Pod" and f"{ns}/{ref.name}" in known():
+            return wl(known()[f"{ns}/{ref.name}"])
         return f"{ns}/{ref.kind}/{ref.name}"
 
     def users_of(key: str, claim: ResourceClaim) -> set[str]:
         ns, _, name = key.partition("/")
         users: set[str] = set()
-        for p in known.values():
+        for p in known().values():
             if (p.namespace or "default") != ns:
                 continue
             if any(prc.resource_claim_name == name for prc in p.spec.resource_claims or []):
                 users.add(wl(p))
         for r in claim.status.reserved_for or []:
             pk = f"{ns}/{r.get('name')}"
-            if r.get("resource", "pods") == "pods" and pk in known:
-                users.add(wl(known[pk]))
+            if r.get("resource", "pods") == "pods" and pk in known():
+                users.add(wl(known()[pk]))
         return users
 
     by_key = {p.key: p for p in pods}
+    # id(claim spec) -> (spec, its request classes): the claims of a pod set share their spec
+    spec_classes: dict[int, tuple[object, dict[str, str]]] = {}
+
+    def classes_of(claim: ResourceClaim) -> dict[str, str]:
+        hit = spec_classes.get(id(claim.spec))
+        if hit is None or hit[0] is not claim.spec:
+            hit = spec_classes[id(claim.spec)] = (claim.spec, _request_classes(claim))
+        return hit[1]
+
     totals: dict[str, dict[str, Fraction]] = {}
     out: list[ClaimCharge] = []
     seen: set[str] = set()
@@ -169,7 +199,8 @@ def charge_gang(
         if charge.charged_to is not None:
             t = totals.setdefault(charge.charged_to, {})
             for k, v in charge.charges.items():
-                t[k] = t.get(k, Fraction(0)) + v
+                have = t.get(k)
+                t[k] = v if have is None else have + v
 
     for pl in result.placements:
         pod = by_key.get(pl.pod)
@@ -179,12 +210,15 @@ def charge_gang(
         totals.setdefault(w, {})
         shared = set(pl.shared)
         for ca in pl.claims:
-            if ca.claim.key in shared:
+            ckey = ca.claim.key
+            if ckey in shared:
                 continue  # charged below, once
-            charges, devices = claim_charges(ca.claim, ca.picks)
+            charges, devices = _charges(classes_of(ca.claim), ca.picks)
             src: ClaimSource = "extended-resource" if is_extended_resource_claim(ca.claim) else "template"
-            seen.add(ca.claim.key)
-            add(ClaimCharge(ca.claim.key, src, charges, devices, (w,), w, w, True))
+            seen.add(ckey)
+            add(ClaimCharge(ckey, src, charges, devices, (w,), w, w, True))
+        if not pl.shared:
+            continue
         new_shared = {ca.claim.key: ca for ca in pl.claims if ca.claim.key in shared}
         for key in pl.shared:
             if key in seen:

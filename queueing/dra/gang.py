@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Literal
 
 from queueing.api.base import ObjectMeta
-from queueing.api.core import Node, Pod
+from queueing.api.core import Node, Pod, PodResourceClaim, PodSpec
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from queueing.dra.allocator import (
     DEFAULT_MAX_STEPS,
@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_NODE_CHECKS = 50_000
+_ZERO = Fraction(0)
 _RESOURCES = ("cpu", "memory", "pods")
 MissKind = Literal[
     "devices",
@@ -200,6 +201,9 @@ class ClusterState:
         self.templates: dict[str, ResourceClaimTemplate] = {t.key: t for t in templates}
         self.usage: Usage = self.inventory.usage([c for c in self.claims.values() if c.status.allocation])
         self.inventory.index_free(self.usage, self.nodes)  # blocks of nodes by free devices
+        # per node: its devices when ``Inventory.free_on`` counts them as total minus
+        # ``Usage.node_taken`` (simple nodes without multi-allocation devices), else None
+        self.simple_devices: list[int | None] = [self.inventory.simple_devices(n) for n in self.nodes]
         # node allocatable of every resource (None: the node publishes none; then cpu/memory/pods are
         # not checked, but extended resources count as 0)
         self.allocatable: list[dict[str, Fraction] | None] = []
@@ -224,8 +228,10 @@ class ClusterState:
             extended_resource_classes(class_list) if self.features.extended_resource else {}
         )
         self._open: Transaction | None = None
-        # id(pod) -> what placement derives from the pod alone (see ``_Gang._plan``)
-        self._pod_static: dict[int, _PodStatic] = {}
+        # id(pod) -> (pod, templates used, its plan without shared claims) (see ``_Gang._plan``)
+        self._pod_plans: dict[int, tuple[Pod, tuple[ResourceClaimTemplate, ...], _PodPlan]] = {}
+        # (id(pod spec), namespace) -> what placement derives from the spec alone
+        self._spec_static: dict[tuple[int, str], _SpecStatic] = {}
         # template key -> (template, a claim validated from it) (see ``_Gang._plan_full``)
         self._claim_protos: dict[str, tuple[ResourceClaimTemplate, ResourceClaim]] = {}
 
@@ -241,7 +247,7 @@ class _Step:
     """What placing one pod on one node changed (undone on backtrack or discard)."""
 
     node: int
-    requests: dict[str, Fraction]
+    requests: tuple[tuple[str, Fraction], ...]  # non-zero
     claims: tuple[ClaimAllocation, ...]
     new_shared: tuple[str, ...]
 
@@ -258,17 +264,15 @@ class Transaction:
     # ---- changes ---------------------------------------------------------------------------
     def _apply(self, step: _Step) -> None:
         used = self.state.used[step.node]
-        for r, v in step.requests.items():
-            if v:  # adding nothing changes nothing
-                used[r] = used.get(r, Fraction(0)) + v
+        for r, v in step.requests:
+            used[r] = used.get(r, _ZERO) + v
         self._steps.append(step)
 
     def _undo_last(self) -> None:
         step = self._steps.pop()
         used = self.state.used[step.node]
-        for r, v in step.requests.items():
-            if v:
-                used[r] -= v
+        for r, v in step.requests:
+            used[r] -= v
         for ca in step.claims:
             for p in ca.picks:
                 self.state.usage.give_back(p)
@@ -309,7 +313,8 @@ class Transaction:
 class _PodPlan:
     pod: Pod
     key: str
-    requests: dict[str, Fraction]
+    requests: tuple[tuple[str, Fraction], ...]  # the non-zero ones, in the pod's order
+    resources: tuple[tuple[str, Fraction], ...]  # ``requests`` sorted (``PodPlacement.node_resources``)
     own: tuple[PreparedClaim, ...]  # per-pod claims from templates
     shared: tuple[tuple[str, PreparedClaim | None], ...]  # key, prepared (None: allocated before the gang)
     shape: tuple[object, ...]
@@ -325,17 +330,42 @@ class _PodPlan:
 
 
 @dataclass(slots=True)
-class _PodStatic:
-    """What ``_Gang._plan`` derives from a pod and the templates alone (cached per Pod object)."""
+class _SpecStatic:
+    """What ``_Gang._plan`` derives from a pod's spec and namespace and the templates it uses alone:
+    the same for every pod of that spec (the pods of a pod set share one spec object). The pods'
+    claims from templates differ only in their names: ``protos`` holds, per such claim, its name in
+    the pod spec and the first pod's claim prepared."""
 
-    pod: Pod
+    spec: PodSpec
     templates: tuple[ResourceClaimTemplate, ...]  # the templates used, in claim order
-    own: tuple[PreparedClaim, ...]
-    requests: dict[str, Fraction]
+    protos: tuple[tuple[str, PreparedClaim], ...]
+    requests: tuple[tuple[str, Fraction], ...]
+    resources: tuple[tuple[str, Fraction], ...]
     shape: tuple[object, ...]
     extended: dict[str, int]
     need: int
     static_ok: dict[int, NodeMiss | None]
+
+
+def _with_shared(plan: _PodPlan, shared: tuple[tuple[str, PreparedClaim | None], ...]) -> _PodPlan:
+    """The plan with other shared claims (everything else is shared with ``plan``)."""
+    return _PodPlan(
+        plan.pod,
+        plan.key,
+        plan.requests,
+        plan.resources,
+        plan.own,
+        shared,
+        plan.shape,
+        plan.static_ok,
+        plan.extended,
+        plan.implicit,
+        plan.need,
+    )
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 class _BoundHit(Exception):
@@ -357,111 +387,134 @@ class _Gang:
     def _plan(self, pod: Pod) -> _PodPlan:
         """The pod's claims prepared. What depends only on the pod and its templates is computed
         once per Pod object and ClusterState (pods are immutable here; a changed template is seen
-        by identity); shared claims are looked up every time (their allocation may change)."""
-        st = self.state._pod_static.get(id(pod))
-        if st is not None and st.pod is pod:
-            ns = pod.namespace or "default"
-            shared: list[tuple[str, PreparedClaim | None]] = []
-            tpl: list[ResourceClaimTemplate] = []
-            for i, prc in enumerate(pod.spec.resource_claims or []):
-                if prc.resource_claim_name:
-                    key = f"{ns}/{prc.resource_claim_name}"
-                    c = self.state.claims.get(key)
-                    if c is None:
-                        raise AllocationError(
-                            f"Pod {pod.key}",
-                            f"spec.resourceClaims[{i}].resourceClaimName",
-                            f"ResourceClaim {key} not found",
-                        )
-                    prepared = (
-                        None if c.status.allocation is not None else self.state.allocator.prepare_claim(c)
-                    )
-                    shared.append((key, prepared))
-                elif prc.resource_claim_template_name:
-                    t = self.state.templates.get(f"{ns}/{prc.resource_claim_template_name}")
-                    if t is None:
-                        break
-                    tpl.append(t)
+        by identity), what depends only on the spec once per spec object and namespace; shared
+        claims are looked up every time (their allocation may change)."""
+        state = self.state
+        ns = pod.namespace or "default"
+        spec = pod.spec
+        hit = state._pod_plans.get(id(pod))
+        if hit is not None and hit[0] is not pod:
+            hit = None
+        ss = state._spec_static.get((id(spec), ns))
+        if ss is not None and ss.spec is not spec:
+            ss = None
+        if hit is None and ss is None:
+            return self._plan_full(pod, ns)
+        shared: list[tuple[str, PreparedClaim | None]] = []
+        templates: list[ResourceClaimTemplate] = []
+        for i, prc in enumerate(spec.resource_claims or []):
+            src = self._source(pod, ns, i, prc)
+            if isinstance(src, ResourceClaimTemplate):
+                templates.append(src)
             else:
-                if len(tpl) == len(st.templates) and all(
-                    a is b for a, b in zip(tpl, st.templates, strict=True)
-                ):
-                    return _PodPlan(
-                        pod,
-                        pod.key,
-                        st.requests,
-                        st.own,
-                        tuple(shared),
-                        st.shape,
-                        st.static_ok,
-                        extended=st.extended,
-                        need=st.need,
-                    )
-        plan, templates = self._plan_full(pod)
-        cache = self.state._pod_static
+                shared.append(src)
+        if hit is not None and _same(hit[1], templates):
+            plan = hit[2]
+        elif ss is not None and _same(ss.templates, templates):
+            own = tuple(
+                state.allocator.prepare_renamed(proto, self._own_claim(proto.claim, pod, ns, name))
+                for name, proto in ss.protos
+            )
+            plan = _PodPlan(
+                pod,
+                pod.key,
+                ss.requests,
+                ss.resources,
+                own,
+                (),
+                ss.shape,
+                ss.static_ok,
+                extended=ss.extended,
+                need=ss.need,
+            )
+            self._remember(pod, ss.templates, plan)
+        else:  # a template changed
+            return self._plan_full(pod, ns)
+        if not shared:
+            return plan
+        return _with_shared(plan, tuple(shared))
+
+    def _remember(self, pod: Pod, templates: tuple[ResourceClaimTemplate, ...], plan: _PodPlan) -> None:
+        """Keep the pod's plan without shared claims (a value of the pod and its templates)."""
+        cache = self.state._pod_plans
         if len(cache) > 100_000:
             cache.clear()
-        cache[id(pod)] = _PodStatic(
-            pod, templates, plan.own, plan.requests, plan.shape, plan.extended, plan.need, plan.static_ok
-        )
-        return plan
+        cache[id(pod)] = (pod, templates, _with_shared(plan, ()) if plan.shared else plan)
 
-    def _plan_full(self, pod: Pod) -> tuple[_PodPlan, tuple[ResourceClaimTemplate, ...]]:
+    def _source(
+        self, pod: Pod, ns: str, i: int, prc: PodResourceClaim
+    ) -> tuple[str, PreparedClaim | None] | ResourceClaimTemplate:
+        """The i-th claim of the pod: a shared claim (key, prepared; None when allocated before the
+        gang) or the template of a per-pod claim."""
+        if prc.resource_claim_name:
+            key = f"{ns}/{prc.resource_claim_name}"
+            c = self.state.claims.get(key)
+            if c is None:
+                raise AllocationError(
+                    f"Pod {pod.key}",
+                    f"spec.resourceClaims[{i}].resourceClaimName",
+                    f"ResourceClaim {key} not found",
+                )
+            return key, None if c.status.allocation is not None else self.state.allocator.prepare_claim(c)
+        if prc.resource_claim_template_name:
+            tkey = f"{ns}/{prc.resource_claim_template_name}"
+            t = self.state.templates.get(tkey)
+            if t is None:
+                raise AllocationError(
+                    f"Pod {pod.key}",
+                    f"spec.resourceClaims[{i}].resourceClaimTemplateName",
+                    f"ResourceClaimTemplate {tkey} not found",
+                )
+            return t
+        raise AllocationError(
+            f"Pod {pod.key}",
+            f"spec.resourceClaims[{i}]",
+            "one of resourceClaimName or resourceClaimTemplateName is required",
+        )
+
+    @staticmethod
+    def _own_claim(proto: ResourceClaim, pod: Pod, ns: str, name: str) -> ResourceClaim:
+        """The pod's claim from a template: ``proto`` (a claim validated from the template) renamed;
+        the spec is a value shared between them, never changed."""
+        return proto.model_copy(
+            update={"metadata": ObjectMeta.model_validate({"name": f"{pod.name}-{name}", "namespace": ns})}
+        )
+
+    def _plan_full(self, pod: Pod, ns: str) -> _PodPlan:
         ref = f"Pod {pod.key}"
         own: list[PreparedClaim] = []
+        protos: list[tuple[str, PreparedClaim]] = []
         shared: list[tuple[str, PreparedClaim | None]] = []
         sources: list[tuple[str, str, str]] = []
         templates: list[ResourceClaimTemplate] = []
-        ns = pod.namespace or "default"
         for i, prc in enumerate(pod.spec.resource_claims or []):
-            path = f"spec.resourceClaims[{i}]"
-            if prc.resource_claim_name:
-                key = f"{ns}/{prc.resource_claim_name}"
-                c = self.state.claims.get(key)
-                if c is None:
-                    raise AllocationError(ref, f"{path}.resourceClaimName", f"ResourceClaim {key} not found")
-                prepared = None if c.status.allocation is not None else self.state.allocator.prepare_claim(c)
-                shared.append((key, prepared))
-                sources.append(("claim", prc.name, key))
-            elif prc.resource_claim_template_name:
-                tkey = f"{ns}/{prc.resource_claim_template_name}"
-                t = self.state.templates.get(tkey)
-                if t is None:
-                    raise AllocationError(
-                        ref, f"{path}.resourceClaimTemplateName", f"ResourceClaimTemplate {tkey} not found"
-                    )
-                proto = self.state._claim_protos.get(tkey)
-                if proto is None or proto[0] is not t:
-                    # validated once per template; each pod's claim is that claim renamed (the
-                    # spec is a value shared between them, never changed)
-                    proto = (
-                        t,
-                        ResourceClaim.model_validate(
-                            {
-                                "apiVersion": "resource.k8s.io/v1",
-                                "kind": "ResourceClaim",
-                                "metadata": {"name": "proto", "namespace": ns},
-                                "spec": t.spec.spec.model_dump(
-                                    by_alias=True, exclude_unset=True, mode="json"
-                                ),
-                            }
-                        ),
-                    )
-                    self.state._claim_protos[tkey] = proto
-                claim = proto[1].model_copy(
-                    update={
-                        "metadata": ObjectMeta.model_validate(
-                            {"name": f"{pod.name}-{prc.name}", "namespace": ns}
-                        )
-                    }
+            src = self._source(pod, ns, i, prc)
+            if not isinstance(src, ResourceClaimTemplate):
+                shared.append(src)
+                sources.append(("claim", prc.name, src[0]))
+                continue
+            t = src
+            tkey = f"{ns}/{prc.resource_claim_template_name}"
+            proto = self.state._claim_protos.get(tkey)
+            if proto is None or proto[0] is not t:
+                # validated once per template
+                proto = (
+                    t,
+                    ResourceClaim.model_validate(
+                        {
+                            "apiVersion": "resource.k8s.io/v1",
+                            "kind": "ResourceClaim",
+                            "metadata": {"name": "proto", "namespace": ns},
+                            "spec": t.spec.spec.model_dump(by_alias=True, exclude_unset=True, mode="json"),
+                        }
+                    ),
                 )
-                own.append(self.state.allocator.prepare_claim(claim))
-                sources.append(("template", prc.name, tkey))
-                templates.append(t)
-            else:
-                raise AllocationError(
-                    ref, path, "one of resourceClaimName or resourceClaimTemplateName is required"
-                )
+                self.state._claim_protos[tkey] = proto
+            prepared = self.state.allocator.prepare_claim(self._own_claim(proto[1], pod, ns, prc.name))
+            own.append(prepared)
+            protos.append((prc.name, prepared))
+            sources.append(("template", prc.name, tkey))
+            templates.append(t)
         names = {prc.name for prc in pod.spec.resource_claims or []}
         for kind, cs in (
             ("initContainers", pod.spec.init_containers or []),
@@ -479,8 +532,9 @@ class _Gang:
             pod_extended_requests(pod, self.state.extended_classes) if self.state.extended_classes else {}
         )
         spec = pod.spec
+        requests = _pod_requests(pod)
         shape: tuple[object, ...] = (
-            tuple(sorted(_pod_requests(pod).items())),
+            tuple(sorted(requests.items())),
             spec.node_name,
             tuple(sorted((spec.node_selector or {}).items())),
             spec.affinity.model_dump_json() if spec.affinity else None,
@@ -493,10 +547,30 @@ class _Gang:
                 for alts in pc.requests:
                     if not any(a.all_mode or a.admin_access for a in alts):
                         need += min(a.count for a in alts)
-        plan = _PodPlan(
-            pod, pod.key, _pod_requests(pod), tuple(own), tuple(shared), shape, extended=extended, need=need
+        static_ok: dict[int, NodeMiss | None] = {}
+        nonzero = tuple((r, v) for r, v in requests.items() if v)
+        resources = tuple(sorted(nonzero))
+        ss = _SpecStatic(
+            spec, tuple(templates), tuple(protos), nonzero, resources, shape, extended, need, static_ok
         )
-        return plan, tuple(templates)
+        cache = self.state._spec_static
+        if len(cache) > 10_000:
+            cache.clear()
+        cache[(id(spec), ns)] = ss
+        plan = _PodPlan(
+            pod,
+            pod.key,
+            nonzero,
+            resources,
+            tuple(own),
+            tuple(shared),
+            shape,
+            static_ok,
+            extended=extended,
+            need=need,
+        )
+        self._remember(pod, ss.templates, plan)
+        return plan
 
     def _routed(self, plan: _PodPlan, i: int) -> frozenset[str]:
         """The pod's extended resources served through DRA on node i (the node does not publish them)."""
@@ -520,11 +594,12 @@ class _Gang:
             plan.implicit[routed] = None if ic is None else (ic, self.state.allocator.prepare_claim(ic.claim))
         return plan.implicit[routed]
 
-    def _node_requests(self, plan: _PodPlan, i: int) -> dict[str, Fraction]:
+    def _node_requests(self, plan: _PodPlan, i: int) -> tuple[tuple[str, Fraction], ...]:
+        """The pod's non-zero requests of node allocatable on node i."""
         routed = self._routed(plan, i)
         if not routed:
             return plan.requests
-        return {r: v for r, v in plan.requests.items() if r not in routed}
+        return tuple((r, v) for r, v in plan.requests if r not in routed)
 
     # ---- checks ---------------------------------------------------------------------------
     def _static_miss(self, plan: _PodPlan, i: int) -> NodeMiss | None:
@@ -573,16 +648,14 @@ class _Gang:
                 )
         cap = self.state.allocatable[i]
         used = self.state.used[i]
-        for r, need in self._node_requests(plan, i).items():
-            if not need:
-                continue
+        for r, need in self._node_requests(plan, i):
             if "/" not in r:  # cpu, memory, pods, ephemeral-storage, hugepages-*: if published
                 if cap is None or r not in cap:
                     continue
                 have = cap[r]
             else:  # extended resources: a node that does not publish one has none
-                have = (cap or {}).get(r, Fraction(0))
-            free = have - used.get(r, Fraction(0))
+                have = (cap or {}).get(r, _ZERO)
+            free = have - used.get(r, _ZERO)
             if need > free:
                 return NodeMiss(
                     node.name,
@@ -629,13 +702,14 @@ class _Gang:
                 return False
         else:
             got = ()
-        shared_keys = set(new_shared)
         extended: ClaimAllocation | None = None
-        for ca in got:
-            if ca.claim.key in shared_keys:
-                self.txn.shared[ca.claim.key] = ca
-            elif implicit is not None and ca.claim.key == implicit.claim.key:
-                extended = ca
+        if new_shared or implicit is not None:
+            shared_keys = set(new_shared)
+            for ca in got:
+                if ca.claim.key in shared_keys:
+                    self.txn.shared[ca.claim.key] = ca
+                elif implicit is not None and ca.claim.key == implicit.claim.key:
+                    extended = ca
         requests = self._node_requests(plan, i)
         self.txn._apply(_Step(i, requests, got, tuple(new_shared)))
         self.placements.append(
@@ -647,7 +721,7 @@ class _Gang:
                 extended,
                 implicit.mappings if implicit is not None else (),
                 implicit.resources if implicit is not None else (),
-                tuple(sorted((r, v) for r, v in requests.items() if v)),
+                plan.resources if requests is plan.requests else tuple(sorted(requests)),
             )
         )
         return True
@@ -667,6 +741,8 @@ class _Gang:
         end = len(nodes)
         free_on = self.state.inventory.free_on
         usage = self.state.usage
+        taken = usage.node_taken
+        simple = self.state.simple_devices
         # blocks of nodes whose free devices sum to less than ``need`` (``Usage.block_free``):
         # every node of such a block is skipped below anyway
         blocks = usage.block_free if need and usage.node_block is not None else None
@@ -682,7 +758,8 @@ class _Gang:
             if need:
                 # a node with fewer free devices than the pod's own claims need fails in ``_try``
                 # anyway (at the allocator's count check); skip it, counted as a check all the same
-                free = free_on(nodes[i], usage)
+                total = simple[i]
+                free = total - taken.get(nodes[i].name, 0) if total is not None else free_on(nodes[i], usage)
                 if free is not None and free < need:
                     self._skip(1)
                     i += 1

@@ -408,6 +408,12 @@ class Inventory:
             self._free_stats[name] = stats
         return stats
 
+    def simple_devices(self, node: Node | None) -> int | None:
+        """The devices usable from ``node`` when ``free_on`` is their number minus the node's
+        ``Usage.node_taken`` (a simple node reaching no multi-allocation device), else None."""
+        multi, simple, total = self._node_stats(node)
+        return total if simple and not multi else None
+
     def free_on(self, node: Node | None, usage: Usage) -> int | None:
         """How many devices usable from ``node`` are not taken in ``usage``; None when the node
         reaches a device that allows multiple allocations (no bound from counting)."""

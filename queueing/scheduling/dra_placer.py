@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from fractions import Fraction
+from math import isqrt
 
 from queueing.api.base import ObjectMeta
 from queueing.api.core import (
@@ -228,23 +229,132 @@ class RecordedPlan:
 
 @dataclass(frozen=True)
 class DraState:
-    """Which plans hold devices and node resources: workload key -> plans (usually one)."""
+    """Which plans hold devices and node resources: workload key -> plans (usually one). A value:
+    ``holds`` is never changed in place (states derived from this one share it)."""
 
     holds: Mapping[str, tuple[DraPlan, ...]] = field(default_factory=dict)
-    # the state this one was derived from by ``DraPlacer.add``/``remove`` and the keys that differ
-    # from it: lets the placer bring its ClusterState in step by the difference only
+    # a state this one was derived from by ``DraPlacer.add``/``remove`` (the one before, or for
+    # every ``_CHECKPOINT``-th state of a chain the checkpoint before) and the keys that may differ
+    # from it, ``depth`` derivations from the root of the chain: lets the placer bring its
+    # ClusterState in step by the difference only
     parent: DraState | None = field(default=None, compare=False, repr=False)
     changed: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     depth: int = field(default=0, compare=False, repr=False)
 
 
-_MAX_DEPTH = 64  # derivation chains longer than this are cut (the placer then compares all keys)
+class _Holds(Mapping[str, tuple[DraPlan, ...]]):
+    """Holds derived from others by setting or deleting keys, as ``dict(holds)`` changed in place
+    would be (same items, same order), without copying every hold: a base dict shared with the
+    holds it was derived from (never changed), the operations since (replayed in order when all
+    items are needed) and the latest value of each key they touched. The base is rebuilt when the
+    operations outgrow the square root of its size, so a change costs O(sqrt n), not O(n)."""
+
+    __slots__ = ("_base", "_full_dict", "_latest", "_ops")
+
+    def __init__(
+        self,
+        base: dict[str, tuple[DraPlan, ...]],
+        ops: tuple[tuple[str, tuple[DraPlan, ...] | None], ...] = (),
+        latest: dict[str, tuple[DraPlan, ...] | None] | None = None,
+    ) -> None:
+        self._base = base
+        self._ops = ops  # (key, value); None deletes
+        self._latest = latest if latest is not None else {}
+        self._full_dict: dict[str, tuple[DraPlan, ...]] | None = None if ops else base
+
+    @staticmethod
+    def derive(
+        holds: Mapping[str, tuple[DraPlan, ...]], key: str, value: tuple[DraPlan, ...] | None
+    ) -> _Holds:
+        """``holds`` with ``key`` set to ``value`` (None: deleted; the key must be there)."""
+        if isinstance(holds, _Holds):
+            base, ops, latest = holds._base, holds._ops, dict(holds._latest)
+        elif isinstance(holds, dict):  # a state's holds are never changed in place: shared
+            base, ops, latest = holds, (), {}
+        else:
+            base, ops, latest = dict(holds), (), {}
+        ops = (*ops, (key, value))
+        latest[key] = value
+        if len(ops) > max(32, isqrt(len(base))):
+            return _Holds(_replay(base, ops))
+        return _Holds(base, ops, latest)
+
+    def _full(self) -> dict[str, tuple[DraPlan, ...]]:
+        if self._full_dict is None:
+            self._full_dict = _replay(self._base, self._ops)
+        return self._full_dict
+
+    def __getitem__(self, key: str) -> tuple[DraPlan, ...]:
+        if key in self._latest:
+            v = self._latest[key]
+            if v is None:
+                raise KeyError(key)
+            return v
+        return self._base[key]
+
+    def get(  # type: ignore[override]
+        self, key: str, default: tuple[DraPlan, ...] | None = None
+    ) -> tuple[DraPlan, ...] | None:
+        if key in self._latest:
+            v = self._latest[key]
+            return v if v is not None else default
+        return self._base.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._latest:
+            return self._latest[key] is not None
+        return key in self._base
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._full())
+
+    def __len__(self) -> int:
+        return len(self._full())
+
+    def keys(self) -> KeysView[str]:
+        return self._full().keys()
+
+    def items(self) -> ItemsView[str, tuple[DraPlan, ...]]:
+        return self._full().items()
+
+    def values(self) -> ValuesView[tuple[DraPlan, ...]]:
+        return self._full().values()
+
+    def __repr__(self) -> str:
+        return repr(self._full())
+
+
+def _replay(
+    base: dict[str, tuple[DraPlan, ...]], ops: tuple[tuple[str, tuple[DraPlan, ...] | None], ...]
+) -> dict[str, tuple[DraPlan, ...]]:
+    out = dict(base)
+    for k, v in ops:
+        if v is None:
+            del out[k]
+        else:
+            out[k] = v
+    return out
+
+
+_ZERO = Fraction(0)
+_CHECKPOINT = 64  # see ``DraState.parent``: walks up a chain take at most this many steps per checkpoint
+_MAX_DEPTH = 2048  # derivation chains longer than this are cut (the placer then compares all keys)
 
 
 def _derived(state: DraState, holds: Mapping[str, tuple[DraPlan, ...]], key: str) -> DraState:
-    if state.depth >= _MAX_DEPTH:
+    depth = state.depth + 1
+    if depth > _MAX_DEPTH:
         return DraState(holds)
-    return DraState(holds, state, frozenset((key,)), state.depth + 1)
+    if depth % _CHECKPOINT:
+        return DraState(holds, state, frozenset((key,)), depth)
+    # a checkpoint: derived from the checkpoint (or root) before, with every key changed since;
+    # the states in between are no longer kept alive by the chain
+    changed = {key}
+    x = state
+    while x.depth % _CHECKPOINT and x.parent is not None:
+        changed.update(x.changed)
+        x = x.parent
+    return DraState(holds, x, frozenset(changed), depth)
 
 
 # ------------------------------------------------------------------------------------ the placer
@@ -273,6 +383,25 @@ class _FreeCounts:
             self.by_name[name] = v
             self.hist[old] -= mult
             self.hist[v] = self.hist.get(v, 0) + mult
+
+
+_Pods = tuple[list[Pod], dict[str, tuple[Pod, str, int]]]  # see ``DraPlacer._pods``
+
+
+@dataclass(slots=True)
+class _PlanInfo:
+    """What applying a held plan changes (``DraPlacer._info``)."""
+
+    plan: DraPlan
+    totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]  # node's used, its additions
+    picks: tuple[Pick, ...]  # the pods' own picks, pod by pod
+    taken: tuple[tuple[str, int], ...]  # node -> picks that ``_count_taken`` counts there
+    shared: bool  # a pod uses or allocates a shared claim (then applied pod by pod)
+
+
+def _counted(p: Pick) -> bool:
+    """Whether a pick counts in ``DraPlacer._taken_by_node``: an exclusive node-local device."""
+    return not p.admin_access and not p.device.multi and p.device.node_name is not None
 
 
 def _core_toleration(t: Toleration) -> CoreToleration:
@@ -315,19 +444,16 @@ class DraPlacer:
         self._synced: DraState | None = None
         self._shared_users: dict[str, int] = {}
         self._shared_ours: dict[str, tuple[Pick, ...]] = {}  # shared claims allocated by held plans
-        self._pods_cache: OrderedDict[tuple[object, ...], tuple[list[Pod], list[tuple[str, int]]]] = (
-            OrderedDict()
-        )
+        self._pods_cache: OrderedDict[tuple[object, ...], _Pods] = OrderedDict()
         self._resolved: dict[RecordedPlan, DraPlan] = {}
+        self._specs: dict[tuple[object, ...], PodSpec] = {}  # see ``_spec``
         self._taken_by_node: dict[str, int] = {}
         for key, cnt in self.cluster.usage.devices.items():
             dev = self.cluster.inventory.devices.get(key)
             if cnt > 0 and dev is not None and dev.node_name is not None:
                 self._taken_by_node[dev.node_name] = self._taken_by_node.get(dev.node_name, 0) + 1
         self._free: _FreeCounts | None = None  # built on first use, then kept in step
-        self._totals: dict[
-            int, tuple[DraPlan, list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]]
-        ] = {}
+        self._plan_info: dict[int, _PlanInfo] = {}  # id(plan) -> see ``_info``
         self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str]] = {}
         self._unit_cache: (
             tuple[
@@ -359,16 +485,12 @@ class DraPlacer:
         d = placement.detail
         if not isinstance(d, DraPlan):
             return state
-        holds = dict(state.holds)
-        holds[key] = (*holds.get(key, ()), d)
-        return _derived(state, holds, key)
+        return _derived(state, _Holds.derive(state.holds, key, (*state.holds.get(key, ()), d)), key)
 
     def remove(self, state: DraState, key: str) -> DraState:
         if key not in state.holds:
             return state
-        holds = dict(state.holds)
-        del holds[key]
-        return _derived(state, holds, key)
+        return _derived(state, _Holds.derive(state.holds, key, None), key)
 
     def place(
         self,
@@ -381,7 +503,7 @@ class DraPlacer:
         if not isinstance(req, DraRequest):
             return Placement(nodes=(), device_charges={}, detail=DraPlan(()))
         try:
-            pods, index = self._pods(workload, req, counts, flavors)
+            pods, slots = self._pods(workload, req, counts, flavors)
         except AllocationError as e:
             return PlacementFailure(str(e))
         if not pods:
@@ -403,33 +525,25 @@ class DraPlacer:
         try:
             key = workload.key
             charges = charge_gang(result, self.cluster, pods, workload_of=lambda _p: key)
-            by_pod = dict(zip((p.key for p in pods), index, strict=True))
-            pos = {pi: j for j, pi in enumerate(index)}
             plans: list[PodPlan] = []
             for pp in result.placements:
-                ps_name, i = by_pod[pp.pod]
+                pod, ps_name, i = slots[pp.pod]
                 shared = set(pp.shared)
                 own: list[Pick] = []
                 shared_new: list[tuple[str, ClaimAllocation | ResourceClaim]] = []
                 planned: list[PlannedClaim] = []
-                pod = pods[pos[(ps_name, i)]]
+                prefix = f"{pod.name}-"
                 for ca in pp.claims:
-                    results = tuple((ca.allocation.devices.results or []) if ca.allocation.devices else [])
-                    if ca.claim.key in shared:
+                    devices = ca.allocation.devices
+                    results = tuple((devices.results or []) if devices else [])
+                    if shared and ca.claim.key in shared:
                         shared_new.append((ca.claim.key, ca))
                     else:
                         own.extend(ca.picks)
                         ext = is_extended_resource_claim(ca.claim)
-                        prefix = f"{pod.name}-"
-                        name = (
-                            ca.claim.name
-                            if ext
-                            else (
-                                ca.claim.name[len(prefix) :]
-                                if ca.claim.name.startswith(prefix)
-                                else ca.claim.name
-                            )
-                        )
+                        name = ca.claim.name
+                        if not ext and name.startswith(prefix):
+                            name = name[len(prefix) :]
                         planned.append(PlannedClaim(name, None, results, ext))
                 for prc in pod.spec.resource_claims or []:
                     if prc.resource_claim_name:
@@ -537,12 +651,23 @@ class DraPlacer:
         taken = self._taken_by_node
         fc = self._free
         for p in picks:
-            d = p.device
-            if not p.admin_access and not d.multi and d.node_name is not None:
-                t = taken.get(d.node_name, 0) + sign
-                taken[d.node_name] = t
+            if _counted(p):
+                name = p.device.node_name
+                assert name is not None
+                t = taken.get(name, 0) + sign
+                taken[name] = t
                 if fc is not None:
-                    fc.update(d.node_name, t)
+                    fc.update(name, t)
+
+    def _count_nodes(self, per_node: Sequence[tuple[str, int]], sign: int) -> None:
+        """``_count_taken`` for picks counted per node (``_PlanInfo.taken``)."""
+        taken = self._taken_by_node
+        fc = self._free
+        for name, n in per_node:
+            t = taken.get(name, 0) + sign * n
+            taken[name] = t
+            if fc is not None:
+                fc.update(name, t)
 
     def _demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str]:
         """Devices each pod of the pod set needs at least (ExactCount requests of its per-pod claims
@@ -621,28 +746,22 @@ class DraPlacer:
 
     # ---- the mutable ClusterState in step with a DraState ------------------------------------
     def _delta(self, state: DraState) -> set[str] | None:
-        """Keys whose holds may differ between ``state`` and the synced state (None: unknown)."""
-        synced = self._synced
-        if synced is None:
-            return None
-        back: dict[int, int] = {}
-        x: DraState | None = synced
-        chain_b: list[DraState] = []
-        while x is not None:
-            back[id(x)] = len(chain_b)
-            chain_b.append(x)
-            x = x.parent
+        """Keys whose holds may differ between ``state`` and the synced state (None: unknown): the
+        keys changed on the way up from both to their nearest common ancestor (the deeper one
+        steps up first: a parent is always less deep)."""
+        x: DraState | None = state
+        y: DraState | None = self._synced
         keys: set[str] = set()
-        y: DraState | None = state
-        while y is not None:
-            j = back.get(id(y))
-            if j is not None and chain_b[j] is y:
-                for b in chain_b[:j]:
-                    keys.update(b.changed)
-                return keys
-            keys.update(y.changed)
-            y = y.parent
-        return None
+        while x is not y:
+            if x is None or y is None:
+                return None
+            if x.depth >= y.depth:
+                keys.update(x.changed)
+                x = x.parent
+            else:
+                keys.update(y.changed)
+                y = y.parent
+        return keys if x is not None else None
 
     def sync(self, state: DraState) -> None:
         if state is self._synced:
@@ -656,6 +775,8 @@ class DraPlacer:
             for k in keys:
                 cur = want.get(k)
                 plans = self._applied.get(k)
+                if cur is plans:
+                    continue
                 if plans is not None and (
                     cur is None
                     or len(cur) != len(plans)
@@ -667,11 +788,10 @@ class DraPlacer:
                 elif plans is None:
                     redo.append(k)
             if not any(
-                pp.shared or pp.shared_new
+                self._info(plan).shared
                 for k in redo
                 for plans in (self._applied.get(k, ()), want.get(k, ()))
                 for plan in plans
-                for pp in plan.pods
             ):
                 for k in redo:
                     old = self._applied.pop(k, None)
@@ -720,12 +840,14 @@ class DraPlacer:
                 self._applied[k] = plans
         self._synced = state
 
-    def _node_totals(self, plan: DraPlan) -> list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]:
-        """What the plan's pods take from each node's allocatable, summed per node (exact sums:
-        adding them at once equals adding them pod by pod)."""
-        hit = self._totals.get(id(plan))
-        if hit is not None and hit[0] is plan:
-            return hit[1]
+    def _info(self, plan: DraPlan) -> _PlanInfo:
+        """What applying the plan changes, computed once per plan: what its pods take from each
+        node's allocatable, summed per node (exact sums: adding them at once equals adding them pod
+        by pod); its pods' own picks, pod by pod; the node-local exclusive devices they take, per node
+        (``_count_taken`` over them in one step per node ends where counting pick by pick ends)."""
+        hit = self._plan_info.get(id(plan))
+        if hit is not None and hit.plan is plan:
+            return hit
         cs = self.cluster
         per: dict[int, dict[str, Fraction]] = {}
         for pp in plan.pods:
@@ -735,18 +857,35 @@ class DraPlacer:
             acc = per.setdefault(i, {})
             for r, v in pp.node_resources:
                 if v:
-                    acc[r] = acc.get(r, Fraction(0)) + v
-        out = [(cs.used[i], [(r, v) for r, v in acc.items() if v]) for i, acc in per.items()]
-        if len(self._totals) > 50_000:
-            self._totals.clear()
-        self._totals[id(plan)] = (plan, out)
-        return out
+                    have = acc.get(r)
+                    acc[r] = v if have is None else have + v
+        totals = [(cs.used[i], [(r, v) for r, v in acc.items() if v]) for i, acc in per.items()]
+        picks = tuple(p for pp in plan.pods for p in pp.picks)
+        taken: dict[str, int] = {}
+        for p in picks:
+            d = p.device
+            if _counted(p):
+                assert d.node_name is not None
+                taken[d.node_name] = taken.get(d.node_name, 0) + 1
+        shared = any(pp.shared or pp.shared_new for pp in plan.pods)
+        info = _PlanInfo(plan, totals, picks, tuple(taken.items()), shared)
+        if len(self._plan_info) > 50_000:
+            self._plan_info.clear()
+        self._plan_info[id(plan)] = info
+        return info
 
     def _apply(self, plan: DraPlan) -> None:
         cs = self.cluster
-        for used, res in self._node_totals(plan):
+        info = self._info(plan)
+        for used, res in info.totals:
             for r, v in res:
-                used[r] = used.get(r, Fraction(0)) + v
+                used[r] = used.get(r, _ZERO) + v
+        if not info.shared:
+            take = cs.usage.take
+            for p in info.picks:
+                take(p)
+            self._count_nodes(info.taken, 1)
+            return
         for pp in plan.pods:
             for p in pp.picks:
                 cs.usage.take(p)
@@ -766,9 +905,16 @@ class DraPlacer:
 
     def _unapply(self, plan: DraPlan) -> None:
         cs = self.cluster
-        for used, res in self._node_totals(plan):
+        info = self._info(plan)
+        for used, res in info.totals:
             for r, v in res:
-                used[r] = used.get(r, Fraction(0)) - v
+                used[r] = used.get(r, _ZERO) - v
+        if not info.shared:
+            give_back = cs.usage.give_back
+            for p in info.picks:
+                give_back(p)
+            self._count_nodes(info.taken, -1)
+            return
         for pp in plan.pods:
             for p in pp.picks:
                 cs.usage.give_back(p)
@@ -814,7 +960,8 @@ class DraPlacer:
         req: DraRequest,
         counts: Mapping[str, int],
         flavors: Mapping[str, Sequence[FlavorSpec]],
-    ) -> tuple[list[Pod], list[tuple[str, int]]]:
+    ) -> _Pods:
+        """The workload's pods (pod sets in order) and per pod key the pod, its pod set and index."""
         ck = (
             workload.key,
             req.signature,
@@ -826,32 +973,47 @@ class DraPlacer:
             self._pods_cache.move_to_end(ck)  # least recently used first out
             return hit
         pods: list[Pod] = []
-        index: list[tuple[str, int]] = []
+        slots: dict[str, tuple[Pod, str, int]] = {}
         for ps in workload.pod_sets:
             dps = req.pod_set(ps.name)
             if dps is None:
                 continue
             n = counts.get(ps.name, ps.count)
-            spec = _pod_spec(dps, flavors.get(ps.name, ()))
+            spec = self._spec(req, dps, flavors.get(ps.name, ()))
             labels = dict((dps.template.metadata or {}).get("labels") or {})
             for i in range(n):
-                pods.append(
-                    Pod(
-                        api_version="v1",
-                        kind="Pod",
-                        metadata=ObjectMeta(
-                            name=pod_name(workload.name, ps.name, i),
-                            namespace=workload.namespace,
-                            labels=labels or None,
-                        ),
-                        spec=spec,
-                    )
+                pod = Pod(
+                    api_version="v1",
+                    kind="Pod",
+                    metadata=ObjectMeta(
+                        name=pod_name(workload.name, ps.name, i),
+                        namespace=workload.namespace,
+                        labels=labels or None,
+                    ),
+                    spec=spec,
                 )
-                index.append((ps.name, i))
+                pods.append(pod)
+                slots[pod.key] = (pod, ps.name, i)
         while len(self._pods_cache) >= 8192:
             self._pods_cache.popitem(last=False)
-        self._pods_cache[ck] = (pods, index)
-        return pods, index
+        out = self._pods_cache[ck] = (pods, slots)
+        return out
+
+    def _spec(self, req: DraRequest, dps: DraPodSet, flavors: Sequence[FlavorSpec]) -> PodSpec:
+        """The pods' spec for a pod set and its flavors: one object per content (the request's
+        signature covers the pod set), so what placement derives from a spec is shared between
+        workloads of the same shape."""
+        key = (
+            req.signature,
+            dps.name,
+            tuple((f.name, tuple(sorted(f.node_labels.items())), f.tolerations) for f in flavors),
+        )
+        spec = self._specs.get(key)
+        if spec is None:
+            if len(self._specs) >= 4096:
+                self._specs.clear()
+            spec = self._specs[key] = _pod_spec(dps, flavors)
+        return spec
 
     def _resolve(self, workload: WorkloadInfo, rec: RecordedPlan) -> DraPlan:
         """Picks for a recorded plan (devices no longer published still count as taken)."""

@@ -212,6 +212,41 @@ def test_allocator_is_sound_and_complete(devs: list[Dev], total: int, claims: li
     assert all(v >= Fraction(0) for v in inv.counters.values())
 
 
+class _GeneralOnly(Allocator):
+    """The allocator without its greedy first path: every search through ``_solve``."""
+
+    def _greedy(self, *args: object) -> bool:
+        return False
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    devs=devs_st,
+    total=st.integers(0, 6),
+    claims=st.lists(claim_st, min_size=1, max_size=2),
+    max_steps=st.sampled_from([1, 2, 3, 5, 8, 200_000]),
+)
+def test_greedy_path_is_the_general_search(
+    devs: list[Dev], total: int, claims: list[Claim], max_steps: int
+) -> None:
+    """``allocate_on`` answers exactly as the general depth-first search alone: the same devices per
+    claim, the same usage afterwards, the same step-bound hits (small bounds included)."""
+    slices, in_use = world(devs, total)
+    outs = []
+    for cls in (Allocator, _GeneralOnly):
+        inv = Inventory(slices)
+        alloc = cls(inv, [CLASS], cache=SelectorCache(COMPILER), max_steps=max_steps)
+        usage = inv.usage(in_use)
+        got = alloc.allocate_on(alloc.prepare(to_claims(claims)), NODE, usage, explain=True)
+        if isinstance(got, tuple):
+            answer: object = [[(p.request, p.device.key) for p in ca.picks] for ca in got]
+        else:
+            assert got is not None
+            answer = (got.bound_hit, got.claim, got.request, got.detail)
+        outs.append((answer, dict(usage.devices), dict(usage.counters), usage.epoch))
+    assert outs[0] == outs[1]
+
+
 # ---------------------------------------------------------------- consumable capacity
 NIC = device_class("nic", f'device.driver == "{DRIVER}"')
 

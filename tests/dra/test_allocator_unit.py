@@ -180,3 +180,53 @@ def test_bench_smoke(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "placements/s" in out and "gang: 2 pods" in out
+
+
+def test_prepare_renamed_is_prepare_claim_of_the_renamed_claim() -> None:
+    """Claims from one template differ in their names only: preparing one and renaming it gives what
+    preparing the other gives (messages name the claim: alternatives and request selectors)."""
+    alloc = Allocator(Inventory([]), [device_class("gpu", f'device.driver == "{DRIVER}"')])
+    requests = [
+        exact("a", "gpu", 2, "device.attributes['gpu.example.com'].index >= 0"),
+        {
+            "name": "b",
+            "firstAvailable": [
+                {"name": "x", "deviceClassName": "gpu", "count": 4},
+                {"name": "y", "deviceClassName": "gpu", "selectors": [{"cel": {"expression": "true"}}]},
+            ],
+        },
+    ]
+    cons = [{"matchAttribute": "gpu.example.com/index", "requests": ["a"]}]
+    first, second = claim("pod-0-gpu", requests, cons), claim("pod-1-gpu", requests, cons)
+    got = alloc.prepare_renamed(alloc.prepare_claim(first), second)
+    want = alloc.prepare_claim(second)
+    assert (got.claim, got.ref, got.constraints, got.shape) == (
+        want.claim,
+        want.ref,
+        want.constraints,
+        want.shape,
+    )
+
+    def fields(pc: object) -> list[object]:
+        return [
+            (
+                a.claim_ref,
+                a.request,
+                a.parent,
+                a.field,
+                a.class_name,
+                a.device_class,
+                [(s.compiled.expression, s.obj, s.field) for s in a.selectors],
+                a.all_mode,
+                a.count,
+                a.admin_access,
+                a.tolerations,
+                a.capacity,
+                a.signature,
+            )
+            for alts in pc.requests  # type: ignore[attr-defined]
+            for a in alts
+        ]
+
+    assert fields(got) == fields(want)
+    assert any("pod-1-gpu" in s.obj for alts in got.requests for a in alts for s in a.selectors)

@@ -1,0 +1,90 @@
+"""DraState values derived by ``DraPlacer.add``/``remove``: their holds behave exactly as dict copies
+changed in place (items, order, lookups), and the placer's ClusterState follows any state of a long
+derivation tree (checkpoints, branches) by the difference, ending where a fresh placer would."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_free_index import job, placer_and_jobs
+
+from queueing.scheduling.dra_placer import _MAX_DEPTH, DraPlacer, DraPlan, DraState, _Holds
+from queueing.scheduling.from_api import workload_info
+from queueing.scheduling.jobs import workload_for_job
+from queueing.scheduling.placer import Placement
+
+# an operation on an earlier mapping (by index): set key to a value, or delete a key it has
+op_st = st.tuples(st.integers(0, 10_000), st.integers(0, 7), st.integers(0, 3), st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(op_st, max_size=150), base_size=st.integers(0, 12))
+def test_holds_are_dict_copies(ops: list[tuple[int, int, int, bool]], base_size: int) -> None:
+    plans = [(DraPlan(()),) for _ in range(4)]
+    base = {f"b{i}": plans[i % 4] for i in range(base_size)}
+    refs: list[dict[str, tuple[DraPlan, ...]]] = [base]
+    holds: list[object] = [base]
+    for at, k, v, delete in ops:
+        i = at % len(refs)
+        ref = dict(refs[i])
+        key = f"k{k}" if k < 6 or not ref else next(iter(ref))
+        if delete and key in ref:
+            del ref[key]
+            h = _Holds.derive(holds[i], key, None)  # type: ignore[arg-type]
+        elif delete:
+            continue  # ``remove`` of a key that is not there changes nothing
+        else:
+            ref[key] = plans[v]
+            h = _Holds.derive(holds[i], key, plans[v])  # type: ignore[arg-type]
+        refs.append(ref)
+        holds.append(h)
+        assert list(h.items()) == list(ref.items())
+        assert len(h) == len(ref) and list(h) == list(ref)
+        for probe in (key, "k0", "k5", "b0", "missing"):
+            assert (probe in h) == (probe in ref)
+            assert h.get(probe) is ref.get(probe)
+        assert DraState(h) == DraState(ref)
+
+
+def _devices(state: DraState) -> Counter[tuple[str, str, str]]:
+    return Counter(d for ps in state.holds.values() for p in ps for pp in p.pods for d in pp.devices)
+
+
+def _check(placer: DraPlacer, state: DraState) -> None:
+    placer.sync(state)
+    taken = Counter({k: n for k, n in placer.cluster.usage.devices.items() if n})
+    assert taken == _devices(state)
+
+
+def test_long_derivation_trees_stay_in_step() -> None:
+    placer, ctx = placer_and_jobs(4)
+    infos = [workload_info(workload_for_job(job(f"w{i}", 1)), ctx) for i in range(4)]  # type: ignore[arg-type]
+    root = placer.initial_state([])
+    placements = []
+    for info in infos:
+        pl = placer.place(info, {"main": 1}, {}, root)
+        assert isinstance(pl, Placement)
+        placements.append(pl)
+    rng = random.Random(7)
+    states = [root]
+    for _ in range(3 * _MAX_DEPTH // 2):
+        # mostly extend the newest state, sometimes branch off an older one
+        s = states[-1] if rng.random() < 0.8 else rng.choice(states[-200:])
+        key = f"k{rng.randrange(6)}"
+        if key in s.holds and rng.random() < 0.5:
+            s = placer.remove(s, key)
+        else:
+            s = placer.add(s, key, rng.choice(placements))
+        states.append(s)
+    related = 0
+    for s in [*rng.sample(states, 150), root, states[-1]]:
+        if placer._synced is not None and placer._delta(s) is not None:
+            related += 1
+        _check(placer, s)
+    assert related > 100  # most syncs go by the difference
+    fresh, _ = placer_and_jobs(4)
+    fresh.sync(states[-1])
+    assert fresh.cluster.usage.devices == {k: n for k, n in placer.cluster.usage.devices.items() if n}
