@@ -316,12 +316,15 @@ class QuotaTree:
 
     def fit(self, cq: str, request: Mapping[FlavorResource, Fraction]) -> QuotaFit:
         """Kueue's per-flavor fit: Fit (maybe borrowing), Preempt (only by evicting), NoFit."""
+        return self.fit_units(cq, [(fr, to_units(request[fr])) for fr in sorted(request)])
+
+    def fit_units(self, cq: str, request: Iterable[tuple[FlavorResource, int]]) -> QuotaFit:
+        """:meth:`fit` of a request in units, as (flavor-resource, amount) sorted by flavor-resource."""
         n = self.nodes[cq_id(cq)]
         mode: FitMode = "Fit"
         borrows = False
         short: tuple[str, str, Fraction, Fraction] | None = None
-        for fr in sorted(request):
-            val = to_units(request[fr])
+        for fr, val in request:
             if val <= 0:
                 continue
             avail = self._available(n, fr)
@@ -347,6 +350,13 @@ class QuotaTree:
             if val:
                 self._add(n, fr, to_units(val))
 
+    def add_units(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
+        """:meth:`add_usage` of amounts in units."""
+        n = self.nodes[cq_id(cq)]
+        for fr, val in usage.items():
+            if val:
+                self._add(n, fr, val)
+
     def _add(self, n: _Node, fr: FlavorResource, val: int) -> None:
         local = n.local_available(fr)
         n.usage[fr] = n.usage.get(fr, 0) + val
@@ -358,6 +368,13 @@ class QuotaTree:
         for fr, val in usage.items():
             if val:
                 self._remove(n, fr, to_units(val))
+
+    def remove_units(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
+        """:meth:`remove_usage` of amounts in units."""
+        n = self.nodes[cq_id(cq)]
+        for fr, val in usage.items():
+            if val:
+                self._remove(n, fr, val)
 
     def _remove(self, n: _Node, fr: FlavorResource, val: int) -> None:
         stored = n.usage.get(fr, 0) - n.guaranteed(fr)
