@@ -86,18 +86,14 @@ class _Ctx:
     assigner: Assigner
     placer: Placer[Any]
     expected: list[dict[FlavorResource, Fraction]]  # expected usage per combination
+    expected_units: list[list[tuple[FlavorResource, int]]]  # the same in units (QuotaTree.fit_units)
     # the preemptor's charges when known without placing it (one combination, exact charges)
     known_charges: dict[FlavorResource, Fraction] | None = None
     checks: int = 0
     memo: dict[tuple[frozenset[str], bool], Assignment | None] = field(default_factory=dict)
     quota_memo: dict[tuple[frozenset[str], bool], bool] = field(default_factory=dict)
-    # ``expected`` in units, sorted by flavor-resource (what ``QuotaTree.fit_units`` takes)
-    expected_units: list[list[tuple[FlavorResource, int]]] = field(default_factory=list)
     # per candidate key: its usage in units when every amount is a whole number of units, else None
     _units: dict[str, dict[FlavorResource, int] | None] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.expected_units = [[(fr, to_units(u[fr])) for fr in sorted(u)] for u in self.expected]
 
     def fits(self, removed: Sequence[AdmittedWorkload], allow_borrow: bool) -> Assignment | None:
         """Whether the preemptor fits with ``removed`` gone (quota first, then placement)."""
@@ -189,8 +185,8 @@ class _Ctx:
                 tree.add_usage(name, u)
 
     def quota_may_fit(self, allow_borrow: bool) -> bool:
-        for usage in self.expected_units:
-            fit = self.tree.fit_units(self.cq.name, usage)
+        for units in self.expected_units:
+            fit = self.tree.fit_units(self.cq.name, units)
             if fit.mode == "Fit" and (allow_borrow or not fit.borrows):
                 return True
         return False
@@ -254,22 +250,22 @@ def plan_preemption(
         and not any(a.evicting for a in admitted)
     ):
         return None
-    groups, _ = assigner.relevant_groups(cq, wl)
-    expected = [
-        assigner.regular_usage(cq, wl, counts, assigner.flavor_map(cq, wl, c, groups)[0], with_devices=True)
-        for c in combos
-    ]
+    expected = [assigner.expected_usage(cq, wl, counts, c) for c in combos]
     known = expected[0] if len(expected) == 1 and assigner.charges_known(cq, wl) else None
-    ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer, expected, known)
+    units = [assigner.expected_units(cq, wl, counts, c) for c in combos]
+    ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer, expected, units, known)
     names = _resources(wl)
     root = tree.root_of(cq.name)
     own: list[AdmittedWorkload] = []
     others: list[AdmittedWorkload] = []
     evicting: list[AdmittedWorkload] = []
+    in_tree: dict[str, bool] = {}  # ClusterQueue -> in the preemptor's cohort tree
     for a in admitted:
-        if a.key == wl.key or not tree.has_cq(a.cluster_queue) or tree.root_of(a.cluster_queue) != root:
-            continue
-        if not _overlaps(a, names):
+        q = a.cluster_queue
+        ok = in_tree.get(q)
+        if ok is None:
+            ok = in_tree[q] = tree.has_cq(q) and tree.root_of(q) == root
+        if not ok or a.key == wl.key or not _overlaps(a, names):
             continue
         if a.evicting:
             evicting.append(a)
@@ -293,6 +289,7 @@ def plan_preemption(
 
     key = _order(cq.name)
     own.sort(key=key)
+    others.sort(key=key)  # so that the pools below are in candidate order too
     fair = config.fair_sharing.enable and cq.cohort is not None
     reclaim: list[AdmittedWorkload] = []
     if pol.reclaim_within_cohort != "Never":
@@ -310,8 +307,10 @@ def plan_preemption(
 
     attempts: list[tuple[list[AdmittedWorkload], bool, Reason]] = []
     if fair and (reclaim or borrow_pool):
-        fair_others = sorted(set_union(reclaim, borrow_pool), key=key)
-        shares = _Shares(ctx, evicting, own, fair_others, key)
+        fair_others = set_union(reclaim, borrow_pool)
+        if reclaim and borrow_pool:
+            fair_others.sort(key=key)
+        shares = _Shares(ctx, evicting, own, fair_others)
         for strategy in config.fair_sharing.preemption_strategies:
             victims = _fair_search(ctx, shares, evicting, own, fair_others, strategy)
             if victims is not None:
@@ -424,16 +423,14 @@ class _Shares:
         base: Sequence[AdmittedWorkload],
         own: Sequence[AdmittedWorkload],
         others: Sequence[AdmittedWorkload],
-        key: Callable[[AdmittedWorkload], tuple[int, int, int, float, str]],
     ):
+        """``own`` and ``others``: the candidates, each in candidate order."""
         self.ctx = ctx
         self.base = base
         self.own = own
         self.by_cq: dict[str, list[AdmittedWorkload]] = {}  # candidates per ClusterQueue, in order
         for a in [*own, *others]:
             self.by_cq.setdefault(a.cluster_queue, []).append(a)
-        for lst in self.by_cq.values():
-            lst.sort(key=key)
         # per ClusterQueue: its usage with ``base`` gone and then its first k candidates, k = 0, 1, ...
         self._usage: dict[str, list[dict[FlavorResource, int]]] = {}
         touched = {a.cluster_queue for a in base}
@@ -513,7 +510,6 @@ def _strategy_order(
     others: Sequence[AdmittedWorkload],
     req: Mapping[FlavorResource, int],
     strategy: str,
-    key: Callable[[AdmittedWorkload], tuple[int, int, int, float, str]],
 ) -> tuple[list[AdmittedWorkload], list[AdmittedWorkload]]:
     """Which victims the fair-sharing strategy allows, from quota alone (no placement): the single
     victims it allows (best first) and the greedy order (from the ClusterQueue with the highest
@@ -521,7 +517,8 @@ def _strategy_order(
     mine_cq = shares.ctx.cq.name
     mine0 = shares.mine(0, req)
     singles: list[AdmittedWorkload] = []  # single victims the strategy allows, best first
-    for c in sorted([*own, *others], key=key):
+    # candidate order: ``others`` (other ClusterQueues') before ``own``, each in order
+    for c in [*others, *own]:
         if c.cluster_queue != mine_cq:
             borrowing, before0 = shares.share(c.cluster_queue)
             if not borrowing or not _allows(strategy, mine0, before0, shares.without_one(c)):
@@ -588,8 +585,7 @@ def _fair_search(
         if probe is None:
             return None
         req = dict(probe.usage)
-    key = _order(ctx.cq.name)
-    singles, greedy = _strategy_order(shares, own, others, extra_units(req), strategy, key)
+    singles, greedy = _strategy_order(shares, own, others, extra_units(req), strategy)
     # quota first (cheap), then placements only where quota allows
     singles = [c for c in singles if ctx.quota_fits([*base, c], allow_borrow=True)]
     # the shortest prefix of the greedy order that quota allows: quota only gets better the more is
@@ -629,7 +625,7 @@ def _fair_search(
         if ctx.fits([*base, *trial], allow_borrow=True) is not None:
             removed = trial
     if len(removed) > 1:
-        for c in sorted(removed, key=key):
+        for c in sorted(removed, key=_order(ctx.cq.name)):
             if ctx.fits([*base, c], allow_borrow=True) is not None:
                 return [c]
     return removed
