@@ -29,6 +29,7 @@ victims that are not needed are put back (Kueue's fill-back).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -166,6 +167,27 @@ class _Ctx:
         finally:
             for name, units in per_cq.items():
                 tree.add_units(name, units)
+
+    def cq_usage_without(self, name: str, removed: Sequence[AdmittedWorkload]) -> dict[FlavorResource, int]:
+        """The usage of ClusterQueue ``name``'s node as :meth:`_without` leaves it (a node's own usage
+        drops by exactly what is taken out of it), without touching the tree when ``removed``'s
+        amounts in that ClusterQueue are whole units."""
+        node = self.tree.node(cq_id(name))
+        taken: dict[FlavorResource, int] = {}
+        for a in removed:
+            if a.cluster_queue != name:
+                continue
+            u = self.units(a)
+            if u is None:
+                with self._without(removed):
+                    return dict(node.usage)
+            for fr, v in u.items():
+                taken[fr] = taken.get(fr, 0) + v
+        usage = dict(node.usage)
+        for fr, v in taken.items():
+            if v:
+                usage[fr] = usage.get(fr, 0) - v
+        return usage
 
     @contextmanager
     def _without_exact(self, removed: Sequence[AdmittedWorkload]) -> Iterator[None]:
@@ -428,25 +450,26 @@ class _Shares:
         self.ctx = ctx
         self.base = base
         self.own = own
-        self.by_cq: dict[str, list[AdmittedWorkload]] = {}  # candidates per ClusterQueue, in order
-        for a in [*own, *others]:
-            self.by_cq.setdefault(a.cluster_queue, []).append(a)
+        self.others = others
         # per ClusterQueue: its usage with ``base`` gone and then its first k candidates, k = 0, 1, ...
         self._usage: dict[str, list[dict[FlavorResource, int]]] = {}
-        touched = {a.cluster_queue for a in base}
-        with ctx._without(base):
-            for name in touched:
-                if ctx.tree.has_cq(name):
-                    self._usage[name] = [dict(ctx.tree.node(cq_id(name)).usage)]
         self._shares: dict[tuple[str, int], tuple[bool, ShareKey]] = {}
         self._singles: dict[str, ShareKey] = {}
         self._floor: ShareKey | None = None
 
+    @functools.cached_property
+    def by_cq(self) -> dict[str, list[AdmittedWorkload]]:
+        """The candidates per ClusterQueue, in candidate order."""
+        out: dict[str, list[AdmittedWorkload]] = {}
+        for a in [*self.own, *self.others]:
+            out.setdefault(a.cluster_queue, []).append(a)
+        return out
+
     def usage(self, name: str, k: int) -> dict[FlavorResource, int]:
         """The usage of ClusterQueue ``name`` with ``base`` and its first ``k`` candidates gone."""
         got = self._usage.get(name)
-        if got is None:  # untouched by ``base``: the tree's usage
-            got = self._usage[name] = [dict(self.ctx.tree.node(cq_id(name)).usage)]
+        if got is None:
+            got = self._usage[name] = [self.ctx.cq_usage_without(name, self.base)]
         while len(got) <= k:
             got.append(_minus(got[-1], self.by_cq[name][len(got) - 1]))
         return got[k]
@@ -481,8 +504,8 @@ class _Shares:
         if self._floor is None:
             ctx = self.ctx
             req0 = extra_units(ctx.expected[0] if ctx.expected else {})
-            with ctx._without([*self.base, *self.own]):
-                self._floor = share_units(ctx.tree, cq_id(ctx.cq.name), None, req0)[1]
+            usage = ctx.cq_usage_without(ctx.cq.name, [*self.base, *self.own])
+            self._floor = share_units(ctx.tree, cq_id(ctx.cq.name), usage, req0)[1]
         return self._floor
 
 
