@@ -145,6 +145,20 @@ class _Ctx:
         self._units[a.key] = got
         return got
 
+    def monotone(self, removed: Sequence[AdmittedWorkload]) -> bool:
+        """Whether no amount of ``removed`` is negative. Then the quota check with ``removed`` gone
+        fails for every subset of it too: taking out more only lowers every node's usage (removing
+        non-negative amounts is additive and commutative in the tree) and what is available only
+        grows as usage drops."""
+        for a in removed:
+            u = self.units(a)
+            if u is not None:
+                if any(v < 0 for v in u.values()):
+                    return False
+            elif any(v < 0 for v in a.usage.values()):
+                return False
+        return True
+
     @contextmanager
     def _without(self, removed: Sequence[AdmittedWorkload]) -> Iterator[None]:
         """The quota tree with ``removed``'s usage taken out, in place; restored on exit (removing a
@@ -548,28 +562,30 @@ def _strategy_order(
                 continue
         singles.append(c)
     # the greedy order: from the ClusterQueue with the highest share while the strategy allows
-    allowed = {c.cluster_queue for c in [*own, *others]}
-    taken = dict.fromkeys(allowed, 0)  # per ClusterQueue: how many of its candidates are taken
-    live = {n for n in allowed if shares.by_cq[n]}
+    by_cq = shares.by_cq
+    taken = dict.fromkeys({c.cluster_queue for c in [*own, *others]}, 0)  # taken per ClusterQueue
+    # the ClusterQueues that still have candidates: name -> (share, name), the greedy's order
+    heads = {n: (shares.share(n)[1], n) for n in taken}
     greedy: list[AdmittedWorkload] = []
     mine_key: ShareKey | None = None
-    while live:
-        target = max(live, key=lambda n: (shares.share(n, taken[n])[1], n))
+    while heads:
+        target = max(heads.values())[1]
         k = taken[target]
-        cand = shares.by_cq[target][k]
         if target != mine_cq:
             borrowing, before = shares.share(target, k)
             if mine_key is None:
                 mine_key = shares.mine(taken.get(mine_cq, 0), req)
             if not borrowing or not _allows(strategy, mine_key, before, shares.share(target, k + 1)[1]):
-                live.discard(target)
+                del heads[target]
                 continue
         else:
             mine_key = None
-        greedy.append(cand)
+        greedy.append(by_cq[target][k])
         taken[target] = k + 1
-        if k + 1 == len(shares.by_cq[target]):
-            live.discard(target)
+        if k + 1 == len(by_cq[target]):
+            del heads[target]
+        else:
+            heads[target] = (shares.share(target, k + 1)[1], target)
     return singles, greedy
 
 
@@ -609,7 +625,11 @@ def _fair_search(
             return None
         req = dict(probe.usage)
     singles, greedy = _strategy_order(shares, own, others, extra_units(req), strategy)
-    # quota first (cheap), then placements only where quota allows
+    # quota first (cheap), then placements only where quota allows; every set tried below is part
+    # of what the strategy allows: when quota does not allow all of it gone, it allows none
+    allowed = [*base, *set_union(singles, greedy)]
+    if ctx.monotone(allowed) and not ctx.quota_fits(allowed, allow_borrow=True):
+        return None
     singles = [c for c in singles if ctx.quota_fits([*base, c], allow_borrow=True)]
     # the shortest prefix of the greedy order that quota allows: quota only gets better the more is
     # taken out, so a binary search finds it
