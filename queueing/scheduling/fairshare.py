@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from queueing.scheduling.quota import QuotaTree, cq_id, to_units
+from queueing.scheduling.quota import QuotaTree, _Node, cq_id, to_units
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, CohortSpec, FlavorResource
 
 __all__ = [
@@ -82,11 +82,10 @@ def _key(num: int, den: int, wnum: int, wden: int, borrowing: bool) -> ShareKey:
 
 
 def _dominant(
-    tree: QuotaTree, node_id: str, usage: Mapping[FlavorResource, int], ext: Mapping[FlavorResource, int]
+    tree: QuotaTree, node: _Node, usage: Mapping[FlavorResource, int], ext: Mapping[FlavorResource, int]
 ) -> tuple[bool, int, int, str]:
     """(borrowing, borrowed, lendable, dominant resource) of the node with ``usage`` and ``ext``
     added (in units; ``borrowed / lendable`` is the unweighted ratio, ``0 / 1`` when none)."""
-    node = tree.node(node_id)
     if node.parent is None:
         return False, 0, 1, ""
     borrowed: dict[str, int] = {}
@@ -99,7 +98,7 @@ def _dominant(
             borrowed[fr[1]] = borrowed.get(fr[1], 0) + v + usage.get(fr, 0)
     if not borrowed:
         return False, 0, 1, ""
-    lendable = tree.lendable_units(node_id)
+    lendable = tree.lendable_units(node.id)
     num, den, dominant = 0, 1, ""
     for r in sorted(borrowed):
         lr = lendable.get(r, 0)
@@ -118,7 +117,7 @@ def dominant_resource_share(
     tree: QuotaTree, node_id: str, extra: Mapping[FlavorResource, Fraction] | None = None
 ) -> DRS:
     node = tree.node(node_id)
-    borrowing, num, den, dominant = _dominant(tree, node_id, node.usage, extra_units(extra))
+    borrowing, num, den, dominant = _dominant(tree, node, node.usage, extra_units(extra))
     return DRS(node.weight, Fraction(num, den) if num else _ZERO, borrowing, dominant)
 
 
@@ -131,7 +130,7 @@ def share_units(
     """Whether the node borrows, and ``dominant_resource_share(...).key()``, with the node's usage
     replaced by ``usage`` and ``extra`` added (both in units), without building a :class:`DRS`."""
     node = tree.node(node_id)
-    borrowing, num, den, _ = _dominant(tree, node_id, node.usage if usage is None else usage, extra or {})
+    borrowing, num, den, _ = _dominant(tree, node, node.usage if usage is None else usage, extra or {})
     w = node.weight
     return borrowing, _key(num, den, w.numerator, w.denominator, borrowing)
 
@@ -141,11 +140,15 @@ def share_key(tree: QuotaTree, cq: str, extra: Mapping[FlavorResource, Fraction]
     the root's children down to the ClusterQueue, each with the request added. Comparing keys
     lexicographically picks, at every cohort level, the child with the lowest share (Kueue's
     hierarchical fair-sharing tournament)."""
-    path = tree.path(cq)
-    if len(path) == 1:  # no cohort: nothing to share, like a member that does not borrow
+    node = tree.node(cq_id(cq))
+    if node.parent is None:  # no cohort: nothing to share, like a member that does not borrow
         return (ZERO_SHARE,)
     ext = extra_units(extra)
-    return tuple(share_units(tree, nid, None, ext)[1] for nid in path[1:])
+    keys: list[ShareKey] = []  # from the ClusterQueue up to the root's child
+    while node.parent is not None:
+        keys.append(share_units(tree, node.id, None, ext)[1])
+        node = node.parent
+    return tuple(reversed(keys))
 
 
 def weighted_shares(
