@@ -74,7 +74,8 @@ def _is_capacity(resource: str) -> bool:
 class _Shape:
     """What ``try_assign`` derives from a workload's pod sets in one ClusterQueue, computed once:
     the workloads of one fit signature (``WorkloadInfo.fit_signature``: pod set names, counts,
-    requests, selectors, tolerations) derive the same. Read-only once built."""
+    requests, selectors, tolerations) derive the same. Filled as needed; an entry never changes
+    and the values handed out are shared (callers must not modify them)."""
 
     cq: ClusterQueueSpec  # the spec it was derived from (a cache entry is only used for this one)
     groups: dict[str, set[int]]
