@@ -104,13 +104,13 @@ class Assigner:
         k = (cq.name, wl.fit_signature)
         got = self._shapes.get(k)
         if got is None or got.cq is not cq:
-            groups, err = self.relevant_groups(cq, wl)
+            groups, err = self._derive_groups(cq, wl)
             got = self._shapes[k] = _Shape(cq, groups, err)
         return got
 
     def _combos(self, shape: _Shape, wl: WorkloadInfo) -> tuple[list[Combo], str]:
         if shape.combos is None:
-            shape.combos = self.combos(shape.cq, wl, shape.groups)
+            shape.combos = self._derive_combos(shape.cq, wl, shape.groups)
         return shape.combos
 
     def _flavor_map(
@@ -118,7 +118,7 @@ class Assigner:
     ) -> tuple[dict[str, dict[str, str]], dict[str, list[FlavorSpec]]]:
         got = shape.flavors.get(combo)
         if got is None:
-            got = shape.flavors[combo] = self.flavor_map(shape.cq, wl, combo, shape.groups)
+            got = shape.flavors[combo] = self._derive_flavor_map(shape.cq, wl, combo, shape.groups)
         return got
 
     def _usage(
@@ -177,7 +177,30 @@ class Assigner:
         return ""
 
     def relevant_groups(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[dict[str, set[int]], str]:
-        """Pod set -> indices of the resource groups it needs; or an error message."""
+        """Pod set -> indices of the resource groups it needs; or an error message (shared: do not
+        modify)."""
+        shape = self._shape(cq, wl)
+        return shape.groups, shape.groups_err
+
+    def combos(
+        self, cq: ClusterQueueSpec, wl: WorkloadInfo, groups: Mapping[str, set[int]]
+    ) -> tuple[list[Combo], str]:
+        """The flavor combinations to try, in order; or why there is none (shared: do not modify)."""
+        shape = self._shape(cq, wl)
+        if groups is shape.groups:  # what relevant_groups gave: derived once per shape
+            return self._combos(shape, wl)
+        return self._derive_combos(cq, wl, groups)
+
+    def flavor_map(
+        self, cq: ClusterQueueSpec, wl: WorkloadInfo, combo: Combo, groups: Mapping[str, set[int]]
+    ) -> tuple[dict[str, dict[str, str]], dict[str, list[FlavorSpec]]]:
+        """Pod set -> resource -> flavor, and pod set -> the flavors' specs (shared: do not modify)."""
+        shape = self._shape(cq, wl)
+        if groups is shape.groups:
+            return self._flavor_map(shape, wl, combo)
+        return self._derive_flavor_map(cq, wl, combo, groups)
+
+    def _derive_groups(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[dict[str, set[int]], str]:
         out: dict[str, set[int]] = {}
         for ps in wl.pod_sets:
             need: set[int] = set()
@@ -197,7 +220,7 @@ class Assigner:
             out[ps.name] = need
         return out, ""
 
-    def combos(
+    def _derive_combos(
         self, cq: ClusterQueueSpec, wl: WorkloadInfo, groups: Mapping[str, set[int]]
     ) -> tuple[list[Combo], str]:
         used = sorted(set().union(*groups.values())) if groups else []
@@ -220,7 +243,7 @@ class Assigner:
             per_group.append(ok)
         return [Combo(tuple(c)) for c in itertools.product(*per_group)], ""
 
-    def flavor_map(
+    def _derive_flavor_map(
         self, cq: ClusterQueueSpec, wl: WorkloadInfo, combo: Combo, groups: Mapping[str, set[int]]
     ) -> tuple[dict[str, dict[str, str]], dict[str, list[FlavorSpec]]]:
         chosen = dict(combo.group_flavors)

@@ -109,6 +109,10 @@ class QuotaFit:
         return f"insufficient unused quota for {res} in flavor {flavor}, {_fmt(req - have)} more needed"
 
 
+_FITS = QuotaFit("Fit", False)
+_FITS_BORROWING = QuotaFit("Fit", True)
+
+
 def _fmt(v: Fraction) -> str:
     if v.denominator == 1:
         return str(v.numerator)
@@ -341,6 +345,8 @@ class QuotaTree:
             else:
                 mode, short = "NoFit", (fr[0], fr[1], from_units(val), from_units(pot))
                 break
+        if short is None:  # fits: one of two values (frozen, so shared)
+            return _FITS_BORROWING if borrows else _FITS
         return QuotaFit(mode, borrows, short)
 
     # ---- updates -------------------------------------------------------------------------------
