@@ -325,7 +325,6 @@ def plan_preemption(
 
     key = _order(cq.name)
     own.sort(key=key)
-    others.sort(key=key)  # so that the pools below are in candidate order too
     fair = config.fair_sharing.enable and cq.cohort is not None
     reclaim: list[AdmittedWorkload] = []
     if pol.reclaim_within_cohort != "Never":
@@ -343,9 +342,7 @@ def plan_preemption(
 
     attempts: list[tuple[list[AdmittedWorkload], bool, Reason]] = []
     if fair and (reclaim or borrow_pool):
-        fair_others = set_union(reclaim, borrow_pool)
-        if reclaim and borrow_pool:
-            fair_others.sort(key=key)
+        fair_others = set_union(reclaim, borrow_pool)  # put in order once pruned (_fair_search)
         shares = _Shares(ctx, evicting, own, fair_others)
         for strategy in config.fair_sharing.preemption_strategies:
             victims = _fair_search(ctx, shares, evicting, own, fair_others, strategy)
@@ -460,7 +457,7 @@ class _Shares:
         own: Sequence[AdmittedWorkload],
         others: Sequence[AdmittedWorkload],
     ):
-        """``own`` and ``others``: the candidates, each in candidate order."""
+        """``own``: the own candidates in candidate order; ``others``: the other candidates."""
         self.ctx = ctx
         self.base = base
         self.own = own
@@ -475,8 +472,13 @@ class _Shares:
     def by_cq(self) -> dict[str, list[AdmittedWorkload]]:
         """The candidates per ClusterQueue, in candidate order."""
         out: dict[str, list[AdmittedWorkload]] = {}
-        for a in [*self.own, *self.others]:
+        for a in self.others:
             out.setdefault(a.cluster_queue, []).append(a)
+        key = _order(self.ctx.cq.name)
+        for lst in out.values():
+            lst.sort(key=key)
+        if self.own:
+            out[self.ctx.cq.name] = list(self.own)
         return out
 
     def usage(self, name: str, k: int) -> dict[FlavorResource, int]:
@@ -609,9 +611,9 @@ def _fair_search(
         k = shares.share(qn)[1]
         if k > floor or (not strict and k == floor):
             keep.add(qn)
-    others = [a for a in others if a.cluster_queue in keep]
-    if not others and not own:
+    if not keep and not own:
         return None
+    others = sorted((a for a in others if a.cluster_queue in keep), key=_order(ctx.cq.name))
     everyone = [*base, *own, *others]
     # the preemptor's charges, for its share "with the workload admitted": known without placing
     # when the plan charges exactly the expected usage; else from a placement with every candidate
