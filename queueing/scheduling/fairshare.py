@@ -67,11 +67,12 @@ class DRS:
         return self.key()[1]
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1 << 12)
 def _key(num: int, den: int, wnum: int, wden: int, borrowing: bool) -> ShareKey:
     """:meth:`DRS.key` of ``ratio = num / den`` and ``weight = wnum / wden``. Cached so that equal
     keys are mostly the same object: comparing them (the cycle's heap of heads) then stops at the
-    identity check instead of comparing fractions."""
+    identity check instead of comparing fractions. Bounded: a few thousand keys cover the heads
+    of a cycle; an evicted key is only a new, equal object."""
     if borrowing and not wnum:  # infinite
         ratio = Fraction(num, den)
         return (1, float(ratio), ratio)
