@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from queueing.scheduling.placer import Placement, PlacementFailure, Placer
-from queueing.scheduling.quota import QuotaTree
+from queueing.scheduling.quota import QuotaTree, to_units
 from queueing.scheduling.snapshot import (
     ClusterQueueSpec,
     FlavorResource,
@@ -70,10 +70,89 @@ def _is_capacity(resource: str) -> bool:
     return "/" in resource
 
 
+@dataclass
+class _Shape:
+    """What ``try_assign`` derives from a workload's pod sets in one ClusterQueue, computed once:
+    the workloads of one fit signature (``WorkloadInfo.fit_signature``: pod set names, counts,
+    requests, selectors, tolerations) derive the same. Filled as needed; an entry never changes
+    and the values handed out are shared (callers must not modify them)."""
+
+    cq: ClusterQueueSpec  # the spec it was derived from (a cache entry is only used for this one)
+    groups: dict[str, set[int]]
+    groups_err: str
+    combos: tuple[list[Combo], str] | None = None
+    flavors: dict[Combo, tuple[dict[str, dict[str, str]], dict[str, list[FlavorSpec]]]] = field(
+        default_factory=dict
+    )
+    # (combo, pod counts, with devices) -> regular_usage
+    usage: dict[tuple[Combo, tuple[tuple[str, int], ...], bool], dict[FlavorResource, Fraction]] = field(
+        default_factory=dict
+    )
+    # (combo, pod counts) -> the expected usage with devices in units, sorted (QuotaTree.fit_units)
+    units: dict[tuple[Combo, tuple[tuple[str, int], ...]], list[tuple[FlavorResource, int]]] = field(
+        default_factory=dict
+    )
+
+
 class Assigner:
     def __init__(self, flavors: Mapping[str, FlavorSpec], placer: Placer[Any]):
         self.flavors = flavors
         self.placer = placer
+        self._shapes: dict[tuple[str, str], _Shape] = {}  # (ClusterQueue, fit signature) -> shape
+
+    def _shape(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> _Shape:
+        k = (cq.name, wl.fit_signature)
+        got = self._shapes.get(k)
+        if got is None or got.cq is not cq:
+            groups, err = self._derive_groups(cq, wl)
+            got = self._shapes[k] = _Shape(cq, groups, err)
+        return got
+
+    def _combos(self, shape: _Shape, wl: WorkloadInfo) -> tuple[list[Combo], str]:
+        if shape.combos is None:
+            shape.combos = self._derive_combos(shape.cq, wl, shape.groups)
+        return shape.combos
+
+    def _flavor_map(
+        self, shape: _Shape, wl: WorkloadInfo, combo: Combo
+    ) -> tuple[dict[str, dict[str, str]], dict[str, list[FlavorSpec]]]:
+        got = shape.flavors.get(combo)
+        if got is None:
+            got = shape.flavors[combo] = self._derive_flavor_map(shape.cq, wl, combo, shape.groups)
+        return got
+
+    def _usage(
+        self, shape: _Shape, wl: WorkloadInfo, counts: Mapping[str, int], combo: Combo, with_devices: bool
+    ) -> dict[FlavorResource, Fraction]:
+        k = (combo, tuple(counts.items()), with_devices)
+        got = shape.usage.get(k)
+        if got is None:
+            res_flavor = self._flavor_map(shape, wl, combo)[0]
+            got = shape.usage[k] = self.regular_usage(shape.cq, wl, counts, res_flavor, with_devices)
+        return got
+
+    def _units(
+        self, shape: _Shape, wl: WorkloadInfo, counts: Mapping[str, int], combo: Combo
+    ) -> list[tuple[FlavorResource, int]]:
+        k = (combo, tuple(counts.items()))
+        got = shape.units.get(k)
+        if got is None:
+            expected = self._usage(shape, wl, counts, combo, True)
+            got = shape.units[k] = [(fr, to_units(expected[fr])) for fr in sorted(expected)]
+        return got
+
+    def expected_usage(
+        self, cq: ClusterQueueSpec, wl: WorkloadInfo, counts: Mapping[str, int], combo: Combo
+    ) -> dict[FlavorResource, Fraction]:
+        """The charges expected for ``combo`` before placing (``regular_usage`` with devices);
+        shared: do not modify."""
+        return self._usage(self._shape(cq, wl), wl, counts, combo, True)
+
+    def expected_units(
+        self, cq: ClusterQueueSpec, wl: WorkloadInfo, counts: Mapping[str, int], combo: Combo
+    ) -> list[tuple[FlavorResource, int]]:
+        """:meth:`expected_usage` in units, sorted (what ``QuotaTree.fit_units`` takes); shared."""
+        return self._units(self._shape(cq, wl), wl, counts, combo)
 
     # ---- helpers -------------------------------------------------------------------------------
     @staticmethod
@@ -98,7 +177,30 @@ class Assigner:
         return ""
 
     def relevant_groups(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[dict[str, set[int]], str]:
-        """Pod set -> indices of the resource groups it needs; or an error message."""
+        """Pod set -> indices of the resource groups it needs; or an error message (shared: do not
+        modify)."""
+        shape = self._shape(cq, wl)
+        return shape.groups, shape.groups_err
+
+    def combos(
+        self, cq: ClusterQueueSpec, wl: WorkloadInfo, groups: Mapping[str, set[int]]
+    ) -> tuple[list[Combo], str]:
+        """The flavor combinations to try, in order; or why there is none (shared: do not modify)."""
+        shape = self._shape(cq, wl)
+        if groups is shape.groups:  # what relevant_groups gave: derived once per shape
+            return self._combos(shape, wl)
+        return self._derive_combos(cq, wl, groups)
+
+    def flavor_map(
+        self, cq: ClusterQueueSpec, wl: WorkloadInfo, combo: Combo, groups: Mapping[str, set[int]]
+    ) -> tuple[dict[str, dict[str, str]], dict[str, list[FlavorSpec]]]:
+        """Pod set -> resource -> flavor, and pod set -> the flavors' specs (shared: do not modify)."""
+        shape = self._shape(cq, wl)
+        if groups is shape.groups:
+            return self._flavor_map(shape, wl, combo)
+        return self._derive_flavor_map(cq, wl, combo, groups)
+
+    def _derive_groups(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[dict[str, set[int]], str]:
         out: dict[str, set[int]] = {}
         for ps in wl.pod_sets:
             need: set[int] = set()
@@ -118,7 +220,7 @@ class Assigner:
             out[ps.name] = need
         return out, ""
 
-    def combos(
+    def _derive_combos(
         self, cq: ClusterQueueSpec, wl: WorkloadInfo, groups: Mapping[str, set[int]]
     ) -> tuple[list[Combo], str]:
         used = sorted(set().union(*groups.values())) if groups else []
@@ -141,7 +243,7 @@ class Assigner:
             per_group.append(ok)
         return [Combo(tuple(c)) for c in itertools.product(*per_group)], ""
 
-    def flavor_map(
+    def _derive_flavor_map(
         self, cq: ClusterQueueSpec, wl: WorkloadInfo, combo: Combo, groups: Mapping[str, set[int]]
     ) -> tuple[dict[str, dict[str, str]], dict[str, list[FlavorSpec]]]:
         chosen = dict(combo.group_flavors)
@@ -216,11 +318,11 @@ class Assigner:
         only: Sequence[Combo] | None = None,
         allow_borrow: bool = True,
     ) -> Outcome:
-        groups, err = self.relevant_groups(cq, wl)
-        if err:
-            return Outcome(None, (), err, hard=True)
+        shape = self._shape(cq, wl)
+        if shape.groups_err:
+            return Outcome(None, (), shape.groups_err, hard=True)
         if only is None:
-            combos, err = self.combos(cq, wl, groups)
+            combos, err = self._combos(shape, wl)
             if err:
                 return Outcome(None, (), err, hard=True)
         else:
@@ -231,9 +333,8 @@ class Assigner:
         first_msg = ""
         all_nofit = True
         for combo in combos:
-            res_flavor, specs = self.flavor_map(cq, wl, combo, groups)
-            expected = self.regular_usage(cq, wl, counts, res_flavor, with_devices=True)
-            pre = tree.fit(cq.name, expected)
+            res_flavor, specs = self._flavor_map(shape, wl, combo)
+            pre = tree.fit_units(cq.name, self._units(shape, wl, counts, combo))
             if pre.mode == "NoFit":
                 first_msg = first_msg or pre.message()
                 continue
@@ -254,7 +355,7 @@ class Assigner:
             dev, err = self.device_usage(cq, res_flavor, placed)
             if err:
                 return Outcome(None, (), err, hard=True)
-            usage = self.regular_usage(cq, wl, counts, res_flavor, with_devices=False)
+            usage = dict(self._usage(shape, wl, counts, combo, False))
             for k, v in dev.items():
                 usage[k] = usage.get(k, _ZERO) + v
             fit = tree.fit(cq.name, usage)

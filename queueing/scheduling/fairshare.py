@@ -14,14 +14,24 @@ Kueue scales the ratio by 1000 and rounds; here it stays an exact fraction.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from queueing.scheduling.quota import QuotaTree, cq_id, to_units
+from queueing.scheduling.quota import QuotaTree, _Node, cq_id, to_units
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, CohortSpec, FlavorResource
 
-__all__ = ["DRS", "ZERO_SHARE", "ShareKey", "dominant_resource_share", "share_key", "weighted_shares"]
+__all__ = [
+    "DRS",
+    "ZERO_SHARE",
+    "ShareKey",
+    "dominant_resource_share",
+    "extra_units",
+    "share_key",
+    "share_units",
+    "weighted_shares",
+]
 
 _ZERO = Fraction(0)
 ShareKey = tuple[int, float, Fraction]
@@ -45,13 +55,8 @@ class DRS:
         order like the exact values) and exact (deciding between equal floats)."""
         k = self.__dict__.get("_key")
         if k is None:
-            if self.infinite:
-                k = (1, float(self.ratio), self.ratio)
-            elif not self.ratio:
-                k = ZERO_SHARE
-            else:
-                v = self.ratio if self.weight == 1 else self.ratio / self.weight
-                k = (0, float(v), v)
+            w = self.weight
+            k = _key(self.ratio.numerator, self.ratio.denominator, w.numerator, w.denominator, self.borrowing)
             object.__setattr__(self, "_key", k)
         return k
 
@@ -62,14 +67,28 @@ class DRS:
         return self.key()[1]
 
 
-def dominant_resource_share(
-    tree: QuotaTree, node_id: str, extra: Mapping[FlavorResource, Fraction] | None = None
-) -> DRS:
-    node = tree.node(node_id)
+@functools.lru_cache(maxsize=1 << 12)
+def _key(num: int, den: int, wnum: int, wden: int, borrowing: bool) -> ShareKey:
+    """:meth:`DRS.key` of ``ratio = num / den`` and ``weight = wnum / wden``. Cached so that equal
+    keys are mostly the same object: comparing them (the cycle's heap of heads) then stops at the
+    identity check instead of comparing fractions. Bounded: a few thousand keys cover the heads
+    of a cycle; an evicted key is only a new, equal object."""
+    if borrowing and not wnum:  # infinite
+        ratio = Fraction(num, den)
+        return (1, float(ratio), ratio)
+    if not num:
+        return ZERO_SHARE
+    v = Fraction(num * wden, den * wnum)
+    return (0, float(v), v)
+
+
+def _dominant(
+    tree: QuotaTree, node: _Node, usage: Mapping[FlavorResource, int], ext: Mapping[FlavorResource, int]
+) -> tuple[bool, int, int, str]:
+    """(borrowing, borrowed, lendable, dominant resource) of the node with ``usage`` and ``ext``
+    added (in units; ``borrowed / lendable`` is the unweighted ratio, ``0 / 1`` when none)."""
     if node.parent is None:
-        return DRS(node.weight, _ZERO, False)
-    ext = {fr: to_units(v) for fr, v in extra.items()} if extra else {}
-    usage = node.usage
+        return False, 0, 1, ""
     borrowed: dict[str, int] = {}
     for fr, quota in node.subtree.items():
         b = ext.get(fr, 0) + usage.get(fr, 0) - quota
@@ -79,14 +98,42 @@ def dominant_resource_share(
         if fr not in node.subtree and v + usage.get(fr, 0) > 0:
             borrowed[fr[1]] = borrowed.get(fr[1], 0) + v + usage.get(fr, 0)
     if not borrowed:
-        return DRS(node.weight, _ZERO, False)
-    lendable = tree.lendable_units(node_id)
+        return False, 0, 1, ""
+    lendable = tree.lendable_units(node.id)
     num, den, dominant = 0, 1, ""
     for r in sorted(borrowed):
         lr = lendable.get(r, 0)
         if lr > 0 and borrowed[r] * den > num * lr:  # borrowed/lendable above the best so far
             num, den, dominant = borrowed[r], lr, r
-    return DRS(node.weight, Fraction(num, den) if num else _ZERO, True, dominant)
+    return True, num, den, dominant
+
+
+def extra_units(extra: Mapping[FlavorResource, Fraction] | None) -> dict[FlavorResource, int]:
+    """A request to add to a node's usage, in units, as the share functions take it (zero amounts
+    stay: a zero request of a flavor-resource the node has no quota for counts its usage there)."""
+    return {fr: to_units(v) for fr, v in extra.items()} if extra else {}
+
+
+def dominant_resource_share(
+    tree: QuotaTree, node_id: str, extra: Mapping[FlavorResource, Fraction] | None = None
+) -> DRS:
+    node = tree.node(node_id)
+    borrowing, num, den, dominant = _dominant(tree, node, node.usage, extra_units(extra))
+    return DRS(node.weight, Fraction(num, den) if num else _ZERO, borrowing, dominant)
+
+
+def share_units(
+    tree: QuotaTree,
+    node_id: str,
+    usage: Mapping[FlavorResource, int] | None = None,
+    extra: Mapping[FlavorResource, int] | None = None,
+) -> tuple[bool, ShareKey]:
+    """Whether the node borrows, and ``dominant_resource_share(...).key()``, with the node's usage
+    replaced by ``usage`` and ``extra`` added (both in units), without building a :class:`DRS`."""
+    node = tree.node(node_id)
+    borrowing, num, den, _ = _dominant(tree, node, node.usage if usage is None else usage, extra or {})
+    w = node.weight
+    return borrowing, _key(num, den, w.numerator, w.denominator, borrowing)
 
 
 def share_key(tree: QuotaTree, cq: str, extra: Mapping[FlavorResource, Fraction]) -> tuple[ShareKey, ...]:
@@ -94,10 +141,15 @@ def share_key(tree: QuotaTree, cq: str, extra: Mapping[FlavorResource, Fraction]
     the root's children down to the ClusterQueue, each with the request added. Comparing keys
     lexicographically picks, at every cohort level, the child with the lowest share (Kueue's
     hierarchical fair-sharing tournament)."""
-    path = tree.path(cq)
-    if len(path) == 1:  # no cohort: nothing to share, like a member that does not borrow
+    node = tree.node(cq_id(cq))
+    if node.parent is None:  # no cohort: nothing to share, like a member that does not borrow
         return (ZERO_SHARE,)
-    return tuple(dominant_resource_share(tree, nid, extra).key() for nid in path[1:])
+    ext = extra_units(extra)
+    keys: list[ShareKey] = []  # from the ClusterQueue up to the root's child
+    while node.parent is not None:
+        keys.append(share_units(tree, node.id, None, ext)[1])
+        node = node.parent
+    return tuple(reversed(keys))
 
 
 def weighted_shares(

@@ -29,6 +29,7 @@ victims that are not needed are put back (Kueue's fill-back).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,9 +38,9 @@ from typing import Any, Literal
 
 from queueing.scheduling.assign import Assigner, Assignment, Combo
 from queueing.scheduling.config import SchedulingConfig
-from queueing.scheduling.fairshare import ShareKey, dominant_resource_share
+from queueing.scheduling.fairshare import ShareKey, extra_units, share_units
 from queueing.scheduling.placer import Placer
-from queueing.scheduling.quota import QuotaTree, cq_id, to_units
+from queueing.scheduling.quota import SCALE, QuotaTree, cq_id, to_units
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, FlavorResource, WorkloadInfo
 
 __all__ = ["PreemptionPlan", "Victim", "plan_preemption"]
@@ -86,10 +87,14 @@ class _Ctx:
     assigner: Assigner
     placer: Placer[Any]
     expected: list[dict[FlavorResource, Fraction]]  # expected usage per combination
+    expected_units: list[list[tuple[FlavorResource, int]]]  # the same in units (QuotaTree.fit_units)
     # the preemptor's charges when known without placing it (one combination, exact charges)
     known_charges: dict[FlavorResource, Fraction] | None = None
     checks: int = 0
     memo: dict[tuple[frozenset[str], bool], Assignment | None] = field(default_factory=dict)
+    quota_memo: dict[tuple[frozenset[str], bool], bool] = field(default_factory=dict)
+    # per candidate key: its usage in units when every amount is a whole number of units, else None
+    _units: dict[str, dict[FlavorResource, int] | None] = field(default_factory=dict)
 
     def fits(self, removed: Sequence[AdmittedWorkload], allow_borrow: bool) -> Assignment | None:
         """Whether the preemptor fits with ``removed`` gone (quota first, then placement)."""
@@ -118,13 +123,89 @@ class _Ctx:
         memo_key = (frozenset(a.key for a in removed), allow_borrow)
         if memo_key in self.memo:
             return self.memo[memo_key] is not None
-        with self._without(removed):
-            return self.quota_may_fit(allow_borrow)
+        got = self.quota_memo.get(memo_key)
+        if got is None:
+            with self._without(removed):
+                got = self.quota_memo[memo_key] = self.quota_may_fit(allow_borrow)
+        return got
+
+    def units(self, a: AdmittedWorkload) -> dict[FlavorResource, int] | None:
+        """``a``'s usage in units (zero amounts left out) if every amount is a whole number of units
+        (then converting a sum equals summing the conversions), else None."""
+        if a.key in self._units:
+            return self._units[a.key]
+        got: dict[FlavorResource, int] = {}
+        for fr, v in a.usage.items():
+            if not v:
+                continue
+            if isinstance(v, Fraction) and SCALE % v.denominator:
+                self._units[a.key] = None
+                return None
+            got[fr] = to_units(v)
+        self._units[a.key] = got
+        return got
+
+    def monotone(self, removed: Sequence[AdmittedWorkload]) -> bool:
+        """Whether no amount of ``removed`` is negative. Then the quota check with ``removed`` gone
+        fails for every subset of it too: taking out more only lowers every node's usage (removing
+        non-negative amounts is additive and commutative in the tree) and what is available only
+        grows as usage drops."""
+        for a in removed:
+            u = self.units(a)
+            if u is not None:
+                if any(v < 0 for v in u.values()):
+                    return False
+            elif any(v < 0 for v in a.usage.values()):
+                return False
+        return True
 
     @contextmanager
     def _without(self, removed: Sequence[AdmittedWorkload]) -> Iterator[None]:
         """The quota tree with ``removed``'s usage taken out, in place; restored on exit (removing a
         sum at once equals removing its parts one by one; add/remove are exact inverses)."""
+        tree = self.tree
+        per_cq: dict[str, dict[FlavorResource, int]] = {}
+        for a in removed:
+            u = self.units(a)
+            if u is None:  # amounts below a unit: sum exactly, then convert (QuotaTree.remove_usage)
+                with self._without_exact(removed):
+                    yield
+                return
+            acc = per_cq.setdefault(a.cluster_queue, {})
+            for fr, v in u.items():
+                acc[fr] = acc.get(fr, 0) + v
+        for name, units in per_cq.items():
+            tree.remove_units(name, units)
+        try:
+            yield
+        finally:
+            for name, units in per_cq.items():
+                tree.add_units(name, units)
+
+    def cq_usage_without(self, name: str, removed: Sequence[AdmittedWorkload]) -> dict[FlavorResource, int]:
+        """The usage of ClusterQueue ``name``'s node as :meth:`_without` leaves it (a node's own usage
+        drops by exactly what is taken out of it), without touching the tree when ``removed``'s
+        amounts in that ClusterQueue are whole units."""
+        node = self.tree.node(cq_id(name))
+        taken: dict[FlavorResource, int] = {}
+        for a in removed:
+            if a.cluster_queue != name:
+                continue
+            u = self.units(a)
+            if u is None:
+                with self._without(removed):
+                    return dict(node.usage)
+            for fr, v in u.items():
+                taken[fr] = taken.get(fr, 0) + v
+        usage = dict(node.usage)
+        for fr, v in taken.items():
+            if v:
+                usage[fr] = usage.get(fr, 0) - v
+        return usage
+
+    @contextmanager
+    def _without_exact(self, removed: Sequence[AdmittedWorkload]) -> Iterator[None]:
+        """:meth:`_without` summing exact amounts (for usage that is not whole units)."""
         tree = self.tree
         per_cq: dict[str, dict[FlavorResource, Fraction]] = {}
         for a in removed:
@@ -140,8 +221,8 @@ class _Ctx:
                 tree.add_usage(name, u)
 
     def quota_may_fit(self, allow_borrow: bool) -> bool:
-        for usage in self.expected:
-            fit = self.tree.fit(self.cq.name, usage)
+        for units in self.expected_units:
+            fit = self.tree.fit_units(self.cq.name, units)
             if fit.mode == "Fit" and (allow_borrow or not fit.borrows):
                 return True
         return False
@@ -205,22 +286,22 @@ def plan_preemption(
         and not any(a.evicting for a in admitted)
     ):
         return None
-    groups, _ = assigner.relevant_groups(cq, wl)
-    expected = [
-        assigner.regular_usage(cq, wl, counts, assigner.flavor_map(cq, wl, c, groups)[0], with_devices=True)
-        for c in combos
-    ]
+    expected = [assigner.expected_usage(cq, wl, counts, c) for c in combos]
     known = expected[0] if len(expected) == 1 and assigner.charges_known(cq, wl) else None
-    ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer, expected, known)
+    units = [assigner.expected_units(cq, wl, counts, c) for c in combos]
+    ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer, expected, units, known)
     names = _resources(wl)
     root = tree.root_of(cq.name)
     own: list[AdmittedWorkload] = []
     others: list[AdmittedWorkload] = []
     evicting: list[AdmittedWorkload] = []
+    in_tree: dict[str, bool] = {}  # ClusterQueue -> in the preemptor's cohort tree
     for a in admitted:
-        if a.key == wl.key or not tree.has_cq(a.cluster_queue) or tree.root_of(a.cluster_queue) != root:
-            continue
-        if not _overlaps(a, names):
+        q = a.cluster_queue
+        ok = in_tree.get(q)
+        if ok is None:
+            ok = in_tree[q] = tree.has_cq(q) and tree.root_of(q) == root
+        if not ok or a.key == wl.key or not _overlaps(a, names):
             continue
         if a.evicting:
             evicting.append(a)
@@ -261,10 +342,10 @@ def plan_preemption(
 
     attempts: list[tuple[list[AdmittedWorkload], bool, Reason]] = []
     if fair and (reclaim or borrow_pool):
+        fair_others = set_union(reclaim, borrow_pool)  # put in order once pruned (_fair_search)
+        shares = _Shares(ctx, evicting, own, fair_others)
         for strategy in config.fair_sharing.preemption_strategies:
-            victims = _fair_search(
-                ctx, evicting, own, sorted(set_union(reclaim, borrow_pool), key=key), strategy
-            )
+            victims = _fair_search(ctx, shares, evicting, own, fair_others, strategy)
             if victims is not None:
                 return _plan(ctx, evicting, victims, "InCohortFairSharing")
     # with fair sharing, other ClusterQueues' workloads are only taken by the fair-sharing rules
@@ -360,87 +441,159 @@ def _search(
     return removed
 
 
+class _Shares:
+    """ClusterQueue shares (DRS keys) with ``base`` gone and the candidates of a ClusterQueue taken
+    out in candidate order, shared by the strategies of one plan.
+
+    A ClusterQueue's share depends only on its own usage (its quota and what its parent could lend
+    it are fixed), so taking workloads out of one ClusterQueue changes no other's share: the shares
+    are computed on copies of the ClusterQueues' usage, taking each workload out as
+    ``QuotaTree.remove_usage`` takes it out of its ClusterQueue, without touching the tree."""
+
+    def __init__(
+        self,
+        ctx: _Ctx,
+        base: Sequence[AdmittedWorkload],
+        own: Sequence[AdmittedWorkload],
+        others: Sequence[AdmittedWorkload],
+    ):
+        """``own``: the own candidates in candidate order; ``others``: the other candidates."""
+        self.ctx = ctx
+        self.base = base
+        self.own = own
+        self.others = others
+        # per ClusterQueue: its usage with ``base`` gone and then its first k candidates, k = 0, 1, ...
+        self._usage: dict[str, list[dict[FlavorResource, int]]] = {}
+        self._shares: dict[tuple[str, int], tuple[bool, ShareKey]] = {}
+        self._singles: dict[str, ShareKey] = {}
+        self._floor: ShareKey | None = None
+
+    @functools.cached_property
+    def by_cq(self) -> dict[str, list[AdmittedWorkload]]:
+        """The candidates per ClusterQueue, in candidate order."""
+        out: dict[str, list[AdmittedWorkload]] = {}
+        for a in self.others:
+            out.setdefault(a.cluster_queue, []).append(a)
+        key = _order(self.ctx.cq.name)
+        for lst in out.values():
+            lst.sort(key=key)
+        if self.own:
+            out[self.ctx.cq.name] = list(self.own)
+        return out
+
+    def usage(self, name: str, k: int) -> dict[FlavorResource, int]:
+        """The usage of ClusterQueue ``name`` with ``base`` and its first ``k`` candidates gone."""
+        got = self._usage.get(name)
+        if got is None:
+            got = self._usage[name] = [self.ctx.cq_usage_without(name, self.base)]
+        while len(got) <= k:
+            got.append(_minus(got[-1], self.by_cq[name][len(got) - 1]))
+        return got[k]
+
+    def share(self, name: str, k: int = 0) -> tuple[bool, ShareKey]:
+        """(borrowing, share key) of ClusterQueue ``name`` with ``base`` and its first ``k``
+        candidates gone."""
+        got = self._shares.get((name, k))
+        if got is None:
+            got = self._shares[(name, k)] = share_units(self.ctx.tree, cq_id(name), self.usage(name, k))
+        return got
+
+    def without_one(self, a: AdmittedWorkload) -> ShareKey:
+        """The share of ``a``'s ClusterQueue with ``base`` and ``a`` alone gone."""
+        got = self._singles.get(a.key)
+        if got is None:
+            got = share_units(
+                self.ctx.tree, cq_id(a.cluster_queue), _minus(self.usage(a.cluster_queue, 0), a)
+            )[1]
+            self._singles[a.key] = got
+        return got
+
+    def mine(self, k: int, req: Mapping[FlavorResource, int]) -> ShareKey:
+        """The preemptor's ClusterQueue's share with ``req`` added, ``base`` and its first ``k``
+        candidates gone."""
+        name = self.ctx.cq.name
+        return share_units(self.ctx.tree, cq_id(name), self.usage(name, k), req)[1]
+
+    def floor(self) -> ShareKey:
+        """The preemptor's lowest possible share: every own candidate gone (taken out at once, as
+        the placement checks do), the expected charges of the preemptor added."""
+        if self._floor is None:
+            ctx = self.ctx
+            req0 = extra_units(ctx.expected[0] if ctx.expected else {})
+            usage = ctx.cq_usage_without(ctx.cq.name, [*self.base, *self.own])
+            self._floor = share_units(ctx.tree, cq_id(ctx.cq.name), usage, req0)[1]
+        return self._floor
+
+
+def _minus(usage: Mapping[FlavorResource, int], a: AdmittedWorkload) -> dict[FlavorResource, int]:
+    """``usage`` of ``a``'s ClusterQueue with ``a`` taken out (what ``QuotaTree.remove_usage``
+    leaves at the ClusterQueue's node)."""
+    out = dict(usage)
+    for fr, v in a.usage.items():
+        if v:
+            out[fr] = out.get(fr, 0) - to_units(v)
+    return out
+
+
+def _allows(strategy: str, mine: ShareKey, before: ShareKey, after: ShareKey) -> bool:
+    """Whether the fair-sharing strategy allows taking a workload from a ClusterQueue whose share
+    goes from ``before`` to ``after``, given the preemptor's share ``mine``."""
+    if strategy == "LessThanOrEqualToFinalShare":
+        return mine <= after
+    return mine < before
+
+
 def _strategy_order(
-    ctx: _Ctx,
+    shares: _Shares,
     own: Sequence[AdmittedWorkload],
     others: Sequence[AdmittedWorkload],
-    req: Mapping[FlavorResource, Fraction],
+    req: Mapping[FlavorResource, int],
     strategy: str,
-    key: Callable[[AdmittedWorkload], tuple[int, int, int, float, str]],
 ) -> tuple[list[AdmittedWorkload], list[AdmittedWorkload]]:
     """Which victims the fair-sharing strategy allows, from quota alone (no placement): the single
     victims it allows (best first) and the greedy order (from the ClusterQueue with the highest
-    share first, while the strategy allows). Works on ``ctx.tree`` in place and restores it."""
-    by_cq: dict[str, list[AdmittedWorkload]] = {}
-    for a in [*own, *others]:
-        by_cq.setdefault(a.cluster_queue, []).append(a)
-    for lst in by_cq.values():
-        lst.sort(key=key)
-    tree = ctx.tree
-    undo: list[AdmittedWorkload] = []  # removed from ``tree`` below; added back at the end
-    # the strategy decides from quota alone which victims it allows; placements only run for those
-    mine0 = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
+    share first, while the strategy allows)."""
+    mine_cq = shares.ctx.cq.name
+    mine0 = shares.mine(0, req)
     singles: list[AdmittedWorkload] = []  # single victims the strategy allows, best first
-    for c in sorted([*own, *others], key=key):
-        if c.cluster_queue != ctx.cq.name:
-            before0 = dominant_resource_share(tree, cq_id(c.cluster_queue))
-            if not before0.borrowing:
-                continue
-            tree.remove_usage(c.cluster_queue, c.usage)
-            after0 = dominant_resource_share(tree, cq_id(c.cluster_queue)).key()
-            tree.add_usage(c.cluster_queue, c.usage)
-            ok0 = mine0 <= after0 if strategy == "LessThanOrEqualToFinalShare" else mine0 < before0.key()
-            if not ok0:
+    # candidate order: ``others`` (other ClusterQueues') before ``own``, each in order
+    for c in [*others, *own]:
+        if c.cluster_queue != mine_cq:
+            borrowing, before0 = shares.share(c.cluster_queue)
+            if not borrowing or not _allows(strategy, mine0, before0, shares.without_one(c)):
                 continue
         singles.append(c)
     # the greedy order: from the ClusterQueue with the highest share while the strategy allows
-    # (a ClusterQueue's share changes only with its own usage: cached, dropped when it changes)
-    shares: dict[str, ShareKey] = {}
-
-    def share(c: str) -> ShareKey:
-        got = shares.get(c)
-        if got is None:
-            got = shares[c] = dominant_resource_share(tree, cq_id(c)).key()
-        return got
-
-    mine_key: ShareKey | None = None
+    by_cq = shares.by_cq
+    taken = dict.fromkeys({c.cluster_queue for c in [*own, *others]}, 0)  # taken per ClusterQueue
+    # the ClusterQueues that still have candidates: name -> (share, name), the greedy's order
+    heads = {n: (shares.share(n)[1], n) for n in taken}
     greedy: list[AdmittedWorkload] = []
-    while True:
-        live = [c for c, lst in by_cq.items() if lst]
-        if not live:
-            break
-        target = max(live, key=lambda c: (share(c), c))
-        cand = by_cq[target].pop(0)
-        if target == ctx.cq.name:
-            tree.remove_usage(cand.cluster_queue, cand.usage)
-            undo.append(cand)
-            shares.pop(target, None)
-            mine_key = None
-            greedy.append(cand)
-            continue
-        before = dominant_resource_share(tree, cq_id(target))
-        if not before.borrowing:
-            by_cq[target] = []
-            continue
-        if mine_key is None:
-            mine_key = dominant_resource_share(tree, cq_id(ctx.cq.name), req).key()
-        tree.remove_usage(cand.cluster_queue, cand.usage)
-        after = dominant_resource_share(tree, cq_id(target)).key()
-        ok = mine_key <= after if strategy == "LessThanOrEqualToFinalShare" else mine_key < before.key()
-        if ok:
-            undo.append(cand)
-            greedy.append(cand)
-            shares[target] = after
+    mine_key: ShareKey | None = None
+    while heads:
+        target = max(heads.values())[1]
+        k = taken[target]
+        if target != mine_cq:
+            borrowing, before = shares.share(target, k)
+            if mine_key is None:
+                mine_key = shares.mine(taken.get(mine_cq, 0), req)
+            if not borrowing or not _allows(strategy, mine_key, before, shares.share(target, k + 1)[1]):
+                del heads[target]
+                continue
         else:
-            tree.add_usage(cand.cluster_queue, cand.usage)
-            by_cq[target] = []
-    for a in reversed(undo):
-        tree.add_usage(a.cluster_queue, a.usage)
+            mine_key = None
+        greedy.append(by_cq[target][k])
+        taken[target] = k + 1
+        if k + 1 == len(by_cq[target]):
+            del heads[target]
+        else:
+            heads[target] = (shares.share(target, k + 1)[1], target)
     return singles, greedy
 
 
 def _fair_search(
     ctx: _Ctx,
+    shares: _Shares,
     base: Sequence[AdmittedWorkload],
     own: Sequence[AdmittedWorkload],
     others: Sequence[AdmittedWorkload],
@@ -451,18 +604,16 @@ def _fair_search(
     # prune: a target queue whose share is below the preemptor's lowest possible share (all own
     # candidates gone, the expected charges of the preemptor added) can never satisfy either
     # strategy; the shares of other queues do not change by evicting from a third one
-    req0 = ctx.expected[0] if ctx.expected else {}
-    with ctx._without([*base, *own]):
-        floor = dominant_resource_share(ctx.tree, cq_id(ctx.cq.name), req0).key()
-        strict = strategy == "LessThanInitialShare"
-        keep: set[str] = set()
-        for qn in {a.cluster_queue for a in others}:
-            k = dominant_resource_share(ctx.tree, cq_id(qn)).key()
-            if k > floor or (not strict and k == floor):
-                keep.add(qn)
-    others = [a for a in others if a.cluster_queue in keep]
-    if not others and not own:
+    floor = shares.floor()
+    strict = strategy == "LessThanInitialShare"
+    keep: set[str] = set()
+    for qn in {a.cluster_queue for a in others}:
+        k = shares.share(qn)[1]
+        if k > floor or (not strict and k == floor):
+            keep.add(qn)
+    if not keep and not own:
         return None
+    others = sorted((a for a in others if a.cluster_queue in keep), key=_order(ctx.cq.name))
     everyone = [*base, *own, *others]
     # the preemptor's charges, for its share "with the workload admitted": known without placing
     # when the plan charges exactly the expected usage; else from a placement with every candidate
@@ -475,10 +626,12 @@ def _fair_search(
         if probe is None:
             return None
         req = dict(probe.usage)
-    key = _order(ctx.cq.name)
-    with ctx._without(base):
-        singles, greedy = _strategy_order(ctx, own, others, req, strategy, key)
-    # quota first (cheap), then placements only where quota allows
+    singles, greedy = _strategy_order(shares, own, others, extra_units(req), strategy)
+    # quota first (cheap), then placements only where quota allows; every set tried below is part
+    # of what the strategy allows: when quota does not allow all of it gone, it allows none
+    allowed = [*base, *set_union(singles, greedy)]
+    if ctx.monotone(allowed) and not ctx.quota_fits(allowed, allow_borrow=True):
+        return None
     singles = [c for c in singles if ctx.quota_fits([*base, c], allow_borrow=True)]
     # the shortest prefix of the greedy order that quota allows: quota only gets better the more is
     # taken out, so a binary search finds it
@@ -517,7 +670,7 @@ def _fair_search(
         if ctx.fits([*base, *trial], allow_borrow=True) is not None:
             removed = trial
     if len(removed) > 1:
-        for c in sorted(removed, key=key):
+        for c in sorted(removed, key=_order(ctx.cq.name)):
             if ctx.fits([*base, c], allow_borrow=True) is not None:
                 return [c]
     return removed

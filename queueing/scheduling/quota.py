@@ -109,6 +109,10 @@ class QuotaFit:
         return f"insufficient unused quota for {res} in flavor {flavor}, {_fmt(req - have)} more needed"
 
 
+_FITS = QuotaFit("Fit", False)
+_FITS_BORROWING = QuotaFit("Fit", True)
+
+
 def _fmt(v: Fraction) -> str:
     if v.denominator == 1:
         return str(v.numerator)
@@ -316,12 +320,15 @@ class QuotaTree:
 
     def fit(self, cq: str, request: Mapping[FlavorResource, Fraction]) -> QuotaFit:
         """Kueue's per-flavor fit: Fit (maybe borrowing), Preempt (only by evicting), NoFit."""
+        return self.fit_units(cq, [(fr, to_units(request[fr])) for fr in sorted(request)])
+
+    def fit_units(self, cq: str, request: Iterable[tuple[FlavorResource, int]]) -> QuotaFit:
+        """:meth:`fit` of a request in units, as (flavor-resource, amount) sorted by flavor-resource."""
         n = self.nodes[cq_id(cq)]
         mode: FitMode = "Fit"
         borrows = False
         short: tuple[str, str, Fraction, Fraction] | None = None
-        for fr in sorted(request):
-            val = to_units(request[fr])
+        for fr, val in request:
             if val <= 0:
                 continue
             avail = self._available(n, fr)
@@ -338,6 +345,8 @@ class QuotaTree:
             else:
                 mode, short = "NoFit", (fr[0], fr[1], from_units(val), from_units(pot))
                 break
+        if short is None:  # fits: one of two values (frozen, so shared)
+            return _FITS_BORROWING if borrows else _FITS
         return QuotaFit(mode, borrows, short)
 
     # ---- updates -------------------------------------------------------------------------------
@@ -346,6 +355,13 @@ class QuotaTree:
         for fr, val in usage.items():
             if val:
                 self._add(n, fr, to_units(val))
+
+    def add_units(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
+        """:meth:`add_usage` of amounts in units."""
+        n = self.nodes[cq_id(cq)]
+        for fr, val in usage.items():
+            if val:
+                self._add(n, fr, val)
 
     def _add(self, n: _Node, fr: FlavorResource, val: int) -> None:
         local = n.local_available(fr)
@@ -358,6 +374,13 @@ class QuotaTree:
         for fr, val in usage.items():
             if val:
                 self._remove(n, fr, to_units(val))
+
+    def remove_units(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
+        """:meth:`remove_usage` of amounts in units."""
+        n = self.nodes[cq_id(cq)]
+        for fr, val in usage.items():
+            if val:
+                self._remove(n, fr, val)
 
     def _remove(self, n: _Node, fr: FlavorResource, val: int) -> None:
         stored = n.usage.get(fr, 0) - n.guaranteed(fr)

@@ -1,0 +1,121 @@
+"""The integer (unit) paths of the quota tree and the shares agree with the exact ones, and quota is
+monotone in what is taken out (what the eviction planner's shortcuts rely on)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sched_helpers import gpu_cq
+
+from queueing.scheduling import CohortSpec
+from queueing.scheduling.fairshare import (
+    ZERO_SHARE,
+    dominant_resource_share,
+    extra_units,
+    share_key,
+    share_units,
+)
+from queueing.scheduling.quota import QuotaTree, cq_id, to_units
+from queueing.scheduling.snapshot import FlavorQuotas, ResourceGroup, ResourceQuota
+
+F = Fraction
+FR = ("default", "gpu")
+# amounts: whole numbers and fractions, some below 10^-9 (not whole units)
+amounts = st.one_of(
+    st.integers(0, 12).map(F),
+    st.fractions(min_value=0, max_value=12, max_denominator=7),
+    st.integers(1, 3).map(lambda n: F(n, 3 * 10**9)),
+)
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> tuple[QuotaTree, list[str]]:
+    n_cq = draw(st.integers(1, 4))
+    cohorts: list[CohortSpec] = []
+    if draw(st.booleans()):
+        group = ResourceGroup(
+            ("gpu",), (FlavorQuotas("default", {"gpu": ResourceQuota(F(draw(st.integers(0, 8))))}),)
+        )
+        cohorts = [CohortSpec("root", resource_groups=(group,)), CohortSpec("co", parent="root")]
+    cqs = []
+    for i in range(n_cq):
+        nominal = draw(st.integers(0, 10))
+        cqs.append(
+            gpu_cq(
+                f"cq{i}",
+                nominal,
+                cohort="co" if cohorts or draw(st.booleans()) else None,
+                borrowing=draw(st.one_of(st.none(), st.integers(0, 10))),
+                lending=draw(st.one_of(st.none(), st.integers(0, nominal))),
+                fair_weight=F(draw(st.integers(0, 3))),
+            )
+        )
+    tree = QuotaTree(cqs, cohorts)
+    names = [cq.name for cq in cqs]
+    for name in names:
+        for _ in range(draw(st.integers(0, 3))):
+            tree.add_usage(name, {FR: draw(amounts)})
+    return tree, names
+
+
+@settings(max_examples=150, deadline=None)
+@given(trees(), st.data())
+def test_unit_paths_match_exact_ones(sc: tuple[QuotaTree, list[str]], data: st.DataObject) -> None:
+    tree, names = sc
+    name = data.draw(st.sampled_from(names))
+    extra = {FR: data.draw(amounts)}
+    # fit / fit_units
+    units = [(fr, to_units(v)) for fr, v in sorted(extra.items())]
+    assert tree.fit_units(name, units) == tree.fit(name, extra)
+    # shares: share_units is dominant_resource_share's key, also with another usage given
+    drs = dominant_resource_share(tree, cq_id(name), extra)
+    assert share_units(tree, cq_id(name), None, extra_units(extra)) == (drs.borrowing, drs.key())
+    path = tree.path(name)[1:]  # share_key: the shares from the root's child down to the ClusterQueue
+    expected = tuple(dominant_resource_share(tree, nid, extra).key() for nid in path) or (ZERO_SHARE,)
+    assert share_key(tree, name, extra) == expected
+    taken = {FR: data.draw(amounts)}
+    usage = dict(tree.node(cq_id(name)).usage)
+    if taken[FR]:
+        usage[FR] = usage.get(FR, 0) - to_units(taken[FR])
+    before = tree.clone()
+    tree.remove_usage(name, taken)
+    drs = dominant_resource_share(tree, cq_id(name))
+    assert share_units(before, cq_id(name), usage) == (drs.borrowing, drs.key())
+    # add_units / remove_units are add_usage / remove_usage of whole-unit amounts
+    whole = {FR: F(data.draw(st.integers(0, 5)))}
+    a, b = tree.clone(), tree.clone()
+    a.add_usage(name, whole)
+    b.add_units(name, {fr: to_units(v) for fr, v in whole.items()})
+    assert {n: x.usage for n, x in a.nodes.items()} == {n: x.usage for n, x in b.nodes.items()}
+    a.remove_usage(name, whole)
+    b.remove_units(name, {fr: to_units(v) for fr, v in whole.items()})
+    assert {n: x.usage for n, x in a.nodes.items()} == {n: x.usage for n, x in b.nodes.items()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(trees(), st.data())
+def test_quota_fit_is_monotone_in_what_is_taken_out(
+    sc: tuple[QuotaTree, list[str]], data: st.DataObject
+) -> None:
+    """Taking out a superset of non-negative amounts never fits less (the eviction planner checks
+    quota with everything the strategy allows gone before checking its subsets)."""
+    tree, names = sc
+    name = data.draw(st.sampled_from(names))
+    request = {FR: data.draw(amounts)}
+    small = [
+        (data.draw(st.sampled_from(names)), data.draw(amounts)) for _ in range(data.draw(st.integers(0, 3)))
+    ]
+    more = [
+        (data.draw(st.sampled_from(names)), data.draw(amounts)) for _ in range(data.draw(st.integers(0, 3)))
+    ]
+
+    def fits(removed: list[tuple[str, Fraction]]) -> bool:
+        t = tree.clone()
+        for q, v in removed:
+            t.remove_usage(q, {FR: v})
+        return t.fit(name, request).mode == "Fit"
+
+    if fits(small):
+        assert fits([*small, *more])
