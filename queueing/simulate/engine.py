@@ -159,6 +159,71 @@ def pending_groups(
             yield None, key, pr
 
 
+class _Reasons:
+    """The last pending reason of every pending workload, to report only changes; and the
+    workloads whose last reason is Preempting (nominated for the next cycle)."""
+
+    # how far a group's first workload may have moved in last cycle's group of its run (admitted
+    # heads) for the comparison below to look for it
+    _SHIFT = 64
+
+    def __init__(self) -> None:
+        self.last: dict[str, PendingReason] = {}
+        self.nominated: set[str] = set()
+        self._groups: dict[str, tuple[list[WorkloadInfo], PendingReason]] = {}  # run -> last group
+
+    def forget(self, key: str) -> None:
+        self.last.pop(key, None)
+        self.nominated.discard(key)
+
+    def changes(
+        self, pending: Mapping[str, PendingReason], present: Backlog
+    ) -> list[tuple[str, PendingReason]]:
+        """This cycle's reasons that differ from the last ones (of workloads still pending), in key
+        order; remembers them. A reason is mostly shared by a whole run of workloads (a group):
+        the part of a group that was last cycle's group of the same run, in the same order with
+        an equal reason, has not changed and is skipped; the rest is compared once per distinct
+        last reason object, and an equal reason is adopted so that the group shares one object
+        again next time."""
+        changed: list[tuple[str, PendingReason]] = []
+        last = self.last
+        groups: dict[str, tuple[list[WorkloadInfo], PendingReason]] = {}
+        for ws, one, pr in pending_groups(pending):
+            todo: Sequence[WorkloadInfo] | None = ws
+            if ws is not None:
+                sig = ws[0].fit_signature
+                prev = self._groups.get(sig)
+                groups[sig] = (list(ws), pr)
+                if prev is not None and (prev[1] is pr or prev[1] == pr):
+                    pws = prev[0]
+                    head = ws[0]
+                    j = next((i for i in range(min(len(pws), self._SHIFT)) if pws[i] is head), None)
+                    if j is not None:
+                        n = min(len(pws) - j, len(ws))
+                        k = 0  # how many agree, in order (identity)
+                        while k < n and pws[j + k] is ws[k]:
+                            k += 1
+                        todo = ws[k:]
+            keys: list[str] = list(map(_key, todo)) if todo is not None else [one] if one is not None else []
+            if not keys:
+                continue
+            lasts = list(map(last.get, keys))
+            distinct = dict(zip(map(id, lasts), lasts, strict=True))
+            other = {i for i, x in distinct.items() if x is not pr and (x is None or x != pr)}
+            if other:
+                for key, was in zip(keys, lasts, strict=True):
+                    if id(was) in other and key in present:
+                        changed.append((key, pr))
+                        if pr.reason == "Preempting":
+                            self.nominated.add(key)
+                        else:
+                            self.nominated.discard(key)
+            last.update(dict.fromkeys(keys, pr))
+        self._groups = groups
+        changed.sort(key=itemgetter(0))
+        return changed
+
+
 class Simulation:
     def __init__(
         self,
@@ -222,8 +287,7 @@ class Simulation:
         ends: list[tuple[float, int, str]] = []
         serial = 0
         requeues: dict[str, int] = {}
-        last_reason: dict[str, PendingReason] = {}
-        nominated: set[str] = set()  # pending workloads whose last reason is Preempting
+        reasons = _Reasons()
         events: list[SimEvent] = []
         samples: list[Sample] = []
         stats: dict[str, QueueSummary] = {cq.name: QueueSummary() for cq in q.cluster_queues}
@@ -285,8 +349,7 @@ class Simulation:
             else:
                 requeues[a.key] = dec.count
                 add_pending(a.key, replace(a.workload, requeue_time=now, backoff_until=dec.requeue_at))
-            last_reason.pop(a.key, None)
-            nominated.discard(a.key)
+            reasons.forget(a.key)
 
         while True:
             # ---- the next time something happens
@@ -362,7 +425,7 @@ class Simulation:
                 local_queues=q.local_queues,
                 flavors=q.flavors,
                 backlog=pending,
-                nominated=frozenset(nominated),
+                nominated=frozenset(reasons.nominated),
                 admitted=tuple(running.values()),
                 namespaces=q.namespaces,
                 local_queue_usage=lq_usage,
@@ -400,8 +463,7 @@ class Simulation:
                 rec = adm.admitted(now)
                 running[key] = rec
                 drop_pending(key)
-                last_reason.pop(key, None)
-                nominated.discard(key)
+                reasons.forget(key)
                 serial += 1
                 started[key] = serial
                 heapq.heappush(ends, (now + jobs[key].duration, serial, key))
@@ -443,25 +505,7 @@ class Simulation:
                         d = store.setdefault(k, {})
                         for r, v in m.items():
                             d[r] = d.get(r, 0.0) + v
-            # pending reasons that changed. A reason is mostly shared by a whole run of workloads:
-            # each group's last reasons are compared once per distinct object, and an equal reason
-            # is adopted so that next time the group shares one object again
-            changed: list[tuple[str, PendingReason]] = []
-            for ws, one, pr in pending_groups(res.pending):
-                keys: list[str] = list(map(_key, ws)) if ws is not None else [one] if one is not None else []
-                lasts = list(map(last_reason.get, keys))
-                distinct = dict(zip(map(id, lasts), lasts, strict=True))
-                other = {i for i, x in distinct.items() if x is not pr and (x is None or x != pr)}
-                if other:
-                    for key, last in zip(keys, lasts, strict=True):
-                        if id(last) in other and key in pending:
-                            changed.append((key, pr))
-                            if pr.reason == "Preempting":
-                                nominated.add(key)
-                            else:
-                                nominated.discard(key)
-                last_reason.update(dict.fromkeys(keys, pr))
-            changed.sort(key=itemgetter(0))  # events in key order
+            changed = reasons.changes(res.pending, pending)  # in key order
             for key, pr in changed:
                 pw = pending.get(key)
                 assert pw is not None
