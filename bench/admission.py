@@ -24,6 +24,7 @@ mean wait. docs/performance/admission.md records a run. Not part of the test sui
 from __future__ import annotations
 
 import argparse
+import hashlib
 import time
 from dataclasses import replace
 from typing import Any
@@ -224,6 +225,12 @@ def main() -> int:
         default=1.0,
         help="run only this fraction of each queue's workloads (profiling)",
     )
+    ap.add_argument(
+        "--hash",
+        action="store_true",
+        help="also print a hash of all events and one of every admission's device plan (to check that a "
+        "change of speed changes no decision)",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     sc = build(args.shape, args.fraction)
@@ -275,7 +282,26 @@ def main() -> int:
     for k, w in waits.items():
         if w:
             print(f"  {k:6s} mean wait {sum(w) / len(w):.2f}s (n={len(w)})")
+    if args.hash:
+        events, plans = decision_hashes(result.events)
+        print(f"events {events}, device plans {plans}")
     return 0
+
+
+def decision_hashes(events: list[Any]) -> tuple[str, str]:
+    """Hashes of the events and of each admission's plan (per pod: node, devices, claims, node
+    resources): equal hashes, the same decisions."""
+    ev, dev = hashlib.sha256(), hashlib.sha256()
+    for e in events:
+        ev.update(repr(e).encode())
+        if e.event == "Admitted" and e.admission is not None:
+            a = e.admission.assignment
+            pods = [
+                (pp.pod, pp.node, [p.device.key for p in pp.picks], pp.claims, pp.node_resources)
+                for pp in a.placement.detail.pods
+            ]
+            dev.update(repr((e.job, sorted(a.usage.items()), pods)).encode())
+    return ev.hexdigest()[:16], dev.hexdigest()[:16]
 
 
 if __name__ == "__main__":
