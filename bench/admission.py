@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -232,6 +234,7 @@ def main() -> int:
         "change of speed changes no decision)",
     )
     args = ap.parse_args()
+    reference = reference_loop()
     t0 = time.perf_counter()
     sc = build(args.shape, args.fraction)
     t_build = time.perf_counter() - t0
@@ -285,7 +288,39 @@ def main() -> int:
     if args.hash:
         events, plans = decision_hashes(result.events)
         print(f"events {events}, device plans {plans}")
+    age = process_age()
+    print(
+        f"process wall {age:.1f}s from exec to exit (interpreter, imports, reference loop, build, run, report)"
+        if age is not None
+        else "process wall: unknown (needs /proc)"
+    )
+    print(f"machine: reference loop {reference:.3f}s (fixed pure-Python work; compares machines and days)")
     return 0
+
+
+def reference_loop() -> float:
+    """Seconds for a fixed piece of pure-Python work (dict updates, tuple sorting): the speed of this
+    machine today. The host behind this 2-core machine differs from day to day by up to 3x; figures
+    from different days compare only through this number."""
+    t = time.perf_counter()
+    d: dict[int, int] = {}
+    for i in range(2_000_000):
+        k = i % 1013
+        d[k] = d.get(k, 0) + i
+    sorted((v % 7919, k, str(v)) for k, v in d.items() for _ in range(100))
+    return time.perf_counter() - t
+
+
+def process_age() -> float | None:
+    """Seconds since this process was started (Linux: /proc), or None."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def decision_hashes(events: list[Any]) -> tuple[str, str]:
@@ -305,4 +340,9 @@ def decision_hashes(events: list[Any]) -> tuple[str, str]:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # the run leaves millions of objects behind; freeing them one by one at interpreter exit took 6 s
+    # of the full baseline's wall time and serves no one: leave without it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
