@@ -117,7 +117,9 @@ async def test_api_writes_per_single_pod_job(
     ``one at a time``: each Job arrives once the previous one runs. ``burst``: all K arrive at once;
     several are then planned on one node in one cycle, and under ``Auto`` only the first of those is
     bound node only (the others' planned devices are not what kube-scheduler would pick while the
-    earlier ones are not allocated yet): between 4 and 6 writes per Job."""
+    earlier ones are not allocated yet): between 4 and 6 writes per Job. Bound node only, a burst's
+    pods may be allocated in another order than planned; the plan corrections that follow (one status
+    write each, with a Warning ``AllocationDiffers``) are counted apart."""
     await harness.start()
     await admin.create(JOBS, job("warmup"))
     await eventually(lambda: running(emu, "warmup", 1), "warm-up runs")
@@ -142,11 +144,17 @@ async def test_api_writes_per_single_pod_job(
     counts = emu.writes_by(CONTROLLER_USER).since(before)
     per = _per_job(counts, k)
     core = sum(v for key, v in per.items() if "events" not in key and "queues" not in key)
+    # a pod bound node only whose claim kube-scheduler allocated with other devices than planned
+    # (in a burst: it scheduled the node's pods in another order than the plan's) costs one more
+    # Workload status write, the plan corrected, and a Warning AllocationDiffers says so: counted apart
+    corrected = sum(
+        e.get("count", 1) for n in names for e in events_for(emu, f"job-{n}", "AllocationDiffers")
+    )
     print(
         f"\n{config.plan_binding_mode} ({arrivals}): writes per job {per}; "
-        f"without events and queue status: {core}"
+        f"without events and queue status: {core}; plans corrected: {corrected}"
     )
-    assert core <= budget
+    assert core - corrected / k <= budget
     if config.plan_binding_mode == "Auto" and arrivals == "one at a time":
         # every Job bound node only: neither claims nor pods written
         assert not any(key in per for key in ("patch resourceclaims/status", "patch pods"))
