@@ -699,47 +699,14 @@ class Allocator:
         cheaper). On success the picks stay taken in ``usage``."""
         shapes = tuple(pc.shape_id for pc in claims)  # cheaper to hash than the shapes
         fail_key = (shapes, node.name if node is not None else "")
-        seen = self._fail.get(fail_key)
-        if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
-            return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         layout = self._layouts.get(shapes)
         if layout is None:
             layout = self._layouts[shapes] = _layout(claims)
         need, greedy = layout
         steps = [(ci, alts) for ci, pc in enumerate(claims) for alts in pc.requests]
-        if need:
-            # cheapest necessary condition, before any selector is evaluated on this node
-            # (shared devices may serve every request once: no bound from counting)
-            free = self.inventory.free_on(node, usage)
-            if free is not None and free < need:
-                self._fail[fail_key] = (usage.token, usage.epoch)
-                return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-        # early pruning: every request needs enough statically matching devices
-        single: list[tuple[_Candidate, ...]] = []  # candidates of the steps with one alternative
-        taken = usage.devices
-        for _ci, alts in steps:
-            if len(alts) != 1:
-                if not any(self._statically_possible(a, node) for a in alts):
-                    self._fail[fail_key] = (usage.token, usage.epoch)
-                    return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-                continue
-            a = alts[0]
-            cands = self.candidates(a, node)
-            single.append(cands)
-            if len(cands) < (1 if a.all_mode else a.count):  # ``_statically_possible``
-                self._fail[fail_key] = (usage.token, usage.epoch)
-                return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-            if not a.all_mode and not a.admin_access:
-                # cheap dynamic prune: enough devices not taken at all?
-                free = 0
-                for c in cands:
-                    if c.dev.multi or not taken.get(c.dev.key, 0) > 0:
-                        free += 1
-                        if free >= a.count:
-                            break
-                if free < a.count:
-                    self._fail[fail_key] = (usage.token, usage.epoch)
-                    return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
+        single = self._pruned(fail_key, need, steps, node, usage)
+        if single is None:
+            return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         search = _Search(usage=usage, node=node, steps_left=self.max_steps)
         if greedy and self._greedy(steps, single, search):
             return self._results(claims, node, search)
@@ -757,9 +724,86 @@ class Allocator:
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         return self._results(claims, node, search)
 
+    def _pruned(
+        self,
+        fail_key: tuple[tuple[int, ...], str],
+        need: int,
+        steps: Sequence[tuple[int, tuple[Alternative, ...]]],
+        node: Node | None,
+        usage: Usage,
+    ) -> list[tuple[_Candidate, ...]] | None:
+        """``allocate_on``'s checks before any search: None when the claims (``steps``: their
+        requests; ``need``: ``_layout``'s) cannot fit on the node (remembered per usage state), else
+        the candidates of each step with one alternative."""
+        seen = self._fail.get(fail_key)
+        if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+            return None
+        if need:
+            # cheapest necessary condition, before any selector is evaluated on this node
+            # (shared devices may serve every request once: no bound from counting)
+            free = self.inventory.free_on(node, usage)
+            if free is not None and free < need:
+                self._fail[fail_key] = (usage.token, usage.epoch)
+                return None
+        # early pruning: every request needs enough statically matching devices
+        single: list[tuple[_Candidate, ...]] = []  # candidates of the steps with one alternative
+        taken = usage.devices
+        for _ci, alts in steps:
+            if len(alts) != 1:
+                if not any(self._statically_possible(a, node) for a in alts):
+                    self._fail[fail_key] = (usage.token, usage.epoch)
+                    return None
+                continue
+            a = alts[0]
+            cands = self.candidates(a, node)
+            single.append(cands)
+            if len(cands) < (1 if a.all_mode else a.count):  # ``_statically_possible``
+                self._fail[fail_key] = (usage.token, usage.epoch)
+                return None
+            if not a.all_mode and not a.admin_access:
+                # cheap dynamic prune: enough devices not taken at all?
+                free = 0
+                for c in cands:
+                    if c.dev.multi or not taken.get(c.dev.key, 0) > 0:
+                        free += 1
+                        if free >= a.count:
+                            break
+                if free < a.count:
+                    self._fail[fail_key] = (usage.token, usage.epoch)
+                    return None
+        return single
+
+    def greedy_fit(
+        self,
+        claims: Sequence[PreparedClaim],
+        steps: Sequence[tuple[int, tuple[Alternative, ...]]],
+        node: Node,
+        usage: Usage,
+    ) -> list[tuple[int, Alternative, Pick]] | bool:
+        """``allocate_on(claims, node, usage, explain=False)`` where it is decided without the
+        backtracking search, for claims whose layout allows ``_greedy`` (``_layout``); ``steps``:
+        their requests in order, as ``allocate_on`` lists them. False: ``allocate_on`` returns None
+        (no fit; remembered as it remembers it). A list: the picks of the allocation it returns
+        (claim index, alternative, pick; in ``Search.picks`` order), taken in ``usage`` as it takes
+        them. True: its backtracking search would decide (nothing taken)."""
+        shapes = tuple(pc.shape_id for pc in claims)
+        layout = self._layouts.get(shapes)
+        if layout is None:
+            layout = self._layouts[shapes] = _layout(claims)
+        need, greedy = layout
+        if not greedy:
+            return True
+        single = self._pruned((shapes, node.name), need, steps, node, usage)
+        if single is None:
+            return False
+        search = _Search(usage=usage, node=node, steps_left=self.max_steps)
+        if self._greedy(steps, single, search):
+            return search.picks
+        return True
+
     def _greedy(
         self,
-        steps: list[tuple[int, tuple[Alternative, ...]]],
+        steps: Sequence[tuple[int, tuple[Alternative, ...]]],
         candidates: list[tuple[_Candidate, ...]],
         s: _Search,
     ) -> bool:
@@ -968,16 +1012,11 @@ class Allocator:
             results = []
             for n, (alt, p) in enumerate(picks):
                 d = p.device
-                r = DeviceRequestAllocationResult(
-                    request=alt.request, driver=d.key[0], pool=d.key[1], device=d.key[2]
-                )
+                r = self._device_result(alt.request, d)
                 if alt.admin_access:
                     r.admin_access = True
                 if alt.tolerations:
                     r.tolerations = list(alt.tolerations)
-                if self.features.binding_conditions and d.device.binding_conditions:
-                    r.binding_conditions = list(d.device.binding_conditions)
-                    r.binding_failure_conditions = list(d.device.binding_failure_conditions or [])
                 if d.multi:
                     r.share_id = str(
                         uuid.uuid5(_SHARE_NAMESPACE, f"{pc.claim.key}/{alt.request}/{n}/{'/'.join(d.key)}")
@@ -1023,6 +1062,26 @@ class Allocator:
                         self._result_seen.clear()
                     self._result_seen.add(rkey)
             out.append(ClaimAllocation(pc.claim, alloc, tuple(p for _, p in picks)))
+        return tuple(out)
+
+    def _device_result(self, request: str, d: InventoryDevice) -> DeviceRequestAllocationResult:
+        """The result for a device picked for a request (admin access, tolerations and what a device
+        with multiple allocations records are added by ``_results``)."""
+        r = DeviceRequestAllocationResult(request=request, driver=d.key[0], pool=d.key[1], device=d.key[2])
+        if self.features.binding_conditions and d.device.binding_conditions:
+            r.binding_conditions = list(d.device.binding_conditions)
+            r.binding_failure_conditions = list(d.device.binding_failure_conditions or [])
+        return r
+
+    def plain_results(self, picks: Sequence[Pick]) -> tuple[DeviceRequestAllocationResult, ...]:
+        """``status.allocation.devices.results`` of a claim ``allocate_on`` allocated with these
+        picks (in order), when its requests had no admin access and no tolerations and no device
+        allows multiple allocations (as for ``greedy_fit``'s picks of such requests)."""
+        out = []
+        for p in picks:
+            if p.admin_access or p.device.multi:
+                raise ValueError(f"not a plain pick: {p.request} on {'/'.join(p.device.key)}")
+            out.append(self._device_result(p.request, p.device))
         return tuple(out)
 
     # ---- explanations ----------------------------------------------------------------------

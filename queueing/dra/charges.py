@@ -24,7 +24,7 @@ owner reference maps the same way (an owning Pod maps to that pod's workload whe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -41,6 +41,7 @@ __all__ = [
     "ClaimCharge",
     "GangCharges",
     "charge_gang",
+    "charge_own_claims",
     "claim_charges",
     "default_workload_of",
 ]
@@ -243,3 +244,27 @@ def charge_gang(
                 charged = next(iter(users)) if len(users) == 1 else None
             add(ClaimCharge(key, "shared", charges, devices, tuple(sorted(users)), owner, charged, new))
     return GangCharges({w: dict(sorted(t.items())) for w, t in sorted(totals.items())}, tuple(out))
+
+
+def charge_own_claims(
+    claims: Iterable[tuple[ResourceClaim, Sequence[Pick]]],
+) -> tuple[dict[str, Fraction], dict[tuple[str, str, str], str]]:
+    """What ``charge_gang`` charges a workload for its pods' own claims (from templates) placed with
+    these picks, when its pods use no other claims: the workload's sums by resource (sorted, as
+    ``GangCharges.for_workload``), and per device the DeviceClass it was allocated through (as
+    listed in ``ClaimCharge.devices``, in that order). A claim given stands for one pod's claim: any
+    claim with the same spec (only the request classes matter)."""
+    spec_classes: dict[int, tuple[object, dict[str, str]]] = {}
+    total: dict[str, Fraction] = {}
+    devices: dict[tuple[str, str, str], str] = {}
+    for claim, picks in claims:
+        hit = spec_classes.get(id(claim.spec))
+        if hit is None or hit[0] is not claim.spec:
+            hit = spec_classes[id(claim.spec)] = (claim.spec, _request_classes(claim))
+        charges, devs = _charges(hit[1], picks)
+        for k, v in charges.items():
+            have = total.get(k)
+            total[k] = v if have is None else have + v
+        for d in devs:
+            devices[(d[1], d[2], d[3])] = d[0]
+    return dict(sorted(total.items())), devices

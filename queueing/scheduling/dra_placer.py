@@ -63,11 +63,11 @@ from queueing.api.resource import (
     ResourceSlice,
 )
 from queueing.dra.allocator import ClaimAllocation, SelectorCache
-from queueing.dra.charges import charge_gang
+from queueing.dra.charges import charge_gang, charge_own_claims
 from queueing.dra.errors import AllocationError
 from queueing.dra.extended import ExtendedRequestMapping, is_extended_resource_claim, pod_extended_requests
 from queueing.dra.features import Features
-from queueing.dra.gang import ClusterState, place_gang
+from queueing.dra.gang import DEFAULT_MAX_NODE_CHECKS, ClusterState, place_gang, place_simple
 from queueing.dra.gang import _pod_requests as pod_requests  # one definition of a pod's requests
 from queueing.dra.inventory import Pick
 from queueing.scheduling.placer import Placement, PlacementFailure
@@ -455,6 +455,8 @@ class DraPlacer:
         self._free: _FreeCounts | None = None  # built on first use, then kept in step
         self._plan_info: dict[int, _PlanInfo] = {}  # id(plan) -> see ``_info``
         self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str]] = {}
+        # (claim name, (request, device) picked) -> plan of a pod's claim (see ``_planned``)
+        self._planned_cache: dict[tuple[str, tuple[tuple[str, tuple[str, str, str]], ...]], PlannedClaim] = {}
         self._unit_cache: (
             tuple[
                 dict[tuple[str, str, str], list[tuple[tuple[str, str, str, str], Fraction]]],
@@ -503,15 +505,22 @@ class DraPlacer:
         if not isinstance(req, DraRequest):
             return Placement(nodes=(), device_charges={}, detail=DraPlan(()))
         try:
-            pods, slots = self._pods(workload, req, counts, flavors)
+            groups = self._groups(workload, req, counts, flavors)
         except AllocationError as e:
             return PlacementFailure(str(e))
-        if not pods:
+        if not groups:
             return Placement(nodes=(), device_charges={}, detail=DraPlan(()))
         self.sync(state)
         quick = self._quick_miss(workload, req, counts)
         if quick is not None:
             return PlacementFailure(quick)
+        simple = self._place_simple(workload, groups)
+        if simple is not None:
+            return simple
+        try:
+            pods, slots = self._pods(workload, req, counts, flavors)
+        except AllocationError as e:
+            return PlacementFailure(str(e))
         try:
             kw = {} if self.max_node_checks is None else {"max_node_checks": self.max_node_checks}
             result = place_gang(pods, self.cluster, **kw)
@@ -570,6 +579,79 @@ class DraPlacer:
         finally:
             txn.discard()
         return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
+
+    def _groups(
+        self,
+        workload: WorkloadInfo,
+        req: DraRequest,
+        counts: Mapping[str, int],
+        flavors: Mapping[str, Sequence[FlavorSpec]],
+    ) -> list[tuple[str, int, PodSpec]]:
+        """The pod sets ``_pods`` makes pods of (pod set, pods, their spec), in order."""
+        out: list[tuple[str, int, PodSpec]] = []
+        for ps in workload.pod_sets:
+            dps = req.pod_set(ps.name)
+            if dps is None:
+                continue
+            n = counts.get(ps.name, ps.count)
+            spec = self._spec(req, dps, flavors.get(ps.name, ()))
+            if n > 0:
+                out.append((ps.name, n, spec))
+        return out
+
+    def _place_simple(
+        self, workload: WorkloadInfo, groups: Sequence[tuple[str, int, PodSpec]]
+    ) -> Placement | None:
+        """``place`` through :func:`queueing.dra.gang.place_simple` (the same placement and plan,
+        built without the gang's pods, claims and charges per claim), or None when it cannot tell."""
+        cs = self.cluster
+        ns = workload.namespace or "default"
+        got = place_simple(
+            [(spec, ns, n) for _, n, spec in groups],
+            cs,
+            max_node_checks=DEFAULT_MAX_NODE_CHECKS if self.max_node_checks is None else self.max_node_checks,
+        )
+        if got is None:
+            return None
+        plans: list[PodPlan] = []
+        owned: list[tuple[ResourceClaim, tuple[Pick, ...]]] = []
+        names = cs.nodes
+        k = 0
+        for (ps_name, n, _), sps in zip(groups, got.pod_sets, strict=True):
+            for i in range(n):
+                per_claim = got.picks[k]
+                planned = tuple(
+                    self._planned(name, picks) for (name, _), picks in zip(sps.claims, per_claim, strict=True)
+                )
+                owned.extend((claim, picks) for (_, claim), picks in zip(sps.claims, per_claim, strict=True))
+                plans.append(
+                    PodPlan(
+                        ps_name,
+                        i,
+                        pod_name(workload.name, ps_name, i),
+                        names[got.nodes[k]].name,
+                        per_claim[0] if len(per_claim) == 1 else tuple(p for c in per_claim for p in c),
+                        node_resources=sps.resources,
+                        claims=planned,
+                    )
+                )
+                k += 1
+        charges, classes = charge_own_claims(owned)
+        plan = DraPlan(tuple(plans), (), classes)
+        dev = {r: Fraction(v) for r, v in charges.items() if v}
+        return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
+
+    def _planned(self, name: str, picks: tuple[Pick, ...]) -> PlannedClaim:
+        """The plan of a pod's claim from a template allocated with these picks (a value: shared)."""
+        key = (name, tuple((p.request, p.device.key) for p in picks))
+        hit = self._planned_cache.get(key)
+        if hit is None:
+            if len(self._planned_cache) >= 65_536:
+                self._planned_cache.clear()
+            hit = self._planned_cache[key] = PlannedClaim(
+                name, None, self.cluster.allocator.plain_results(picks), False
+            )
+        return hit
 
     # ---- queries ---------------------------------------------------------------------------
     def free_devices(self, state: DraState) -> int:
