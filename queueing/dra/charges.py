@@ -252,8 +252,9 @@ def charge_own_claims(
     """What ``charge_gang`` charges a workload for its pods' own claims (from templates) placed with
     these picks, when its pods use no other claims: the workload's sums by resource (sorted, as
     ``GangCharges.for_workload``), and per device the DeviceClass it was allocated through (as
-    listed in ``ClaimCharge.devices``, in that order). A claim given stands for one pod's claim: any
-    claim with the same spec (only the request classes matter)."""
+    listed in ``ClaimCharge.devices``, in that order). A claim given stands for the claims of that
+    spec (only its request classes matter) of one or more pods, with all their picks in order:
+    the sums are exact, so they do not depend on how the picks are grouped."""
     spec_classes: dict[int, tuple[object, dict[str, str]]] = {}
     total: dict[str, Fraction] = {}
     devices: dict[tuple[str, str, str], str] = {}

@@ -196,6 +196,7 @@ class ClusterState:
         self.features = features or Features()
         self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.node_names: list[str] = [n.name for n in self.nodes]
         self.inventory = Inventory(slices, partitionable_devices=self.features.partitionable_devices)
         classes = dict(classes) if isinstance(classes, Mapping) else list(classes)
         self.allocator = Allocator(
@@ -992,6 +993,7 @@ def place_simple(
         prepared.append((ss, n, steps, claims))
 
     nodes = state.nodes
+    names = state.node_names
     end = len(nodes)
     usage = state.usage
     node_taken = usage.node_taken
@@ -1031,7 +1033,7 @@ def place_simple(
                     if need:
                         total = simple[i]
                         free = (
-                            total - node_taken.get(nodes[i].name, 0)
+                            total - node_taken.get(names[i], 0)
                             if total is not None
                             else free_on(nodes[i], usage)
                         )

@@ -614,31 +614,68 @@ class DraPlacer:
         if got is None:
             return None
         plans: list[PodPlan] = []
-        owned: list[tuple[ResourceClaim, tuple[Pick, ...]]] = []
-        names = cs.nodes
+        owned: list[tuple[ResourceClaim, Sequence[Pick]]] = []
+        names = cs.node_names
         k = 0
         for (ps_name, n, _), sps in zip(groups, got.pod_sets, strict=True):
+            one = len(sps.claims) == 1
+            picks_all: list[Pick] = []  # of the one claim, pod by pod
             for i in range(n):
                 per_claim = got.picks[k]
                 planned = tuple(
                     self._planned(name, picks) for (name, _), picks in zip(sps.claims, per_claim, strict=True)
                 )
-                owned.extend((claim, picks) for (_, claim), picks in zip(sps.claims, per_claim, strict=True))
+                if one:
+                    picks_all.extend(per_claim[0])
+                else:
+                    owned.extend(
+                        (claim, picks) for (_, claim), picks in zip(sps.claims, per_claim, strict=True)
+                    )
                 plans.append(
                     PodPlan(
                         ps_name,
                         i,
                         pod_name(workload.name, ps_name, i),
-                        names[got.nodes[k]].name,
-                        per_claim[0] if len(per_claim) == 1 else tuple(p for c in per_claim for p in c),
+                        names[got.nodes[k]],
+                        per_claim[0] if one else tuple(p for c in per_claim for p in c),
                         node_resources=sps.resources,
                         claims=planned,
                     )
                 )
                 k += 1
+            if one:
+                owned.append((sps.claims[0][1], picks_all))
         charges, classes = charge_own_claims(owned)
         plan = DraPlan(tuple(plans), (), classes)
         dev = {r: Fraction(v) for r, v in charges.items() if v}
+        # what ``_info`` computes for the plan, from pods counted per node and pod set (a pod set's
+        # requests times its pods on a node: the sum ``_info`` adds up pod by pod)
+        per: dict[int, list[int]] = {}
+        k = 0
+        for g, (_, n, _) in enumerate(groups):
+            for _ in range(n):
+                row = per.get(got.nodes[k])
+                if row is None:
+                    row = per[got.nodes[k]] = [0] * len(groups)
+                row[g] += 1
+                k += 1
+        totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]] = []
+        for i, by_group in per.items():
+            acc: dict[str, Fraction] = {}
+            for cnt, sps in zip(by_group, got.pod_sets, strict=True):
+                if cnt:
+                    for r, v in sps.resources:
+                        have = acc.get(r)
+                        acc[r] = v * cnt if have is None else have + v * cnt
+            totals.append((cs.used[i], [(r, v) for r, v in acc.items() if v]))
+        picks = tuple(p for pp in plans for p in pp.picks)
+        taken: dict[str, int] = {}
+        for p in picks:
+            if _counted(p):
+                name = p.device.node_name
+                assert name is not None
+                taken[name] = taken.get(name, 0) + 1
+        self._keep_info(_PlanInfo(plan, totals, picks, tuple(taken.items()), False))
         return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
 
     def _planned(self, name: str, picks: tuple[Pick, ...]) -> PlannedClaim:
@@ -950,10 +987,12 @@ class DraPlacer:
                 assert d.node_name is not None
                 taken[d.node_name] = taken.get(d.node_name, 0) + 1
         shared = any(pp.shared or pp.shared_new for pp in plan.pods)
-        info = _PlanInfo(plan, totals, picks, tuple(taken.items()), shared)
+        return self._keep_info(_PlanInfo(plan, totals, picks, tuple(taken.items()), shared))
+
+    def _keep_info(self, info: _PlanInfo) -> _PlanInfo:
         if len(self._plan_info) > 50_000:
             self._plan_info.clear()
-        self._plan_info[id(plan)] = info
+        self._plan_info[id(info.plan)] = info
         return info
 
     def _apply(self, plan: DraPlan) -> None:

@@ -407,6 +407,11 @@ def run_placer(seed: int) -> tuple[list[object], int]:
         out.append(outcome(pl))
         if isinstance(pl, Placement):
             simple += all(not p.shared for p in pl.detail.pods)  # type: ignore[attr-defined]
+            kept = placer._plan_info.pop(id(pl.detail), None)
+            if kept is not None:  # kept by the fast path: what ``_info`` computes
+                fresh = placer._info(pl.detail)  # type: ignore[arg-type]
+                assert [(id(u), r) for u, r in kept.totals] == [(id(u), r) for u, r in fresh.totals]
+                assert (kept.picks, kept.taken, kept.shared) == (fresh.picks, fresh.taken, fresh.shared)
             states.append(placer.add(at, wl.key, pl))
         if rng.random() < 0.2 and len(states) > 1:
             states.append(placer.remove(states[-1], rng.choice(list(states[-1].holds) or ["x"])))
