@@ -109,7 +109,13 @@ def _request_classes(claim: ResourceClaim) -> dict[str, str]:
 def _charges(
     classes: Mapping[str, str], picks: Sequence[Pick]
 ) -> tuple[dict[str, Fraction], tuple[tuple[str, str, str, str], ...]]:
-    out: dict[str, Fraction] = {}
+    """Devices per class, and per ``<class>/<capacity>`` the device's full value when it is taken
+    exclusively or the consumed capacity on a device with multiple allocations, summed over the
+    picks (resources in the order they first appear). Sums are exact: counted and grouped by value,
+    they are what adding pick by pick gives."""
+    order: dict[str, None] = {}  # resources as they first appear
+    counts: dict[str, int] = {}  # class -> devices
+    amounts: dict[str, dict[Fraction, int]] = {}  # "<class>/<capacity>" -> amount -> times
     devices: list[tuple[str, str, str, str]] = []
     for p in picks:
         if p.admin_access:
@@ -117,20 +123,44 @@ def _charges(
         cls = classes.get(p.request) or classes.get(p.request.split("/", 1)[0], "")
         dev = p.device
         devices.append((cls, dev.key[0], dev.key[1], dev.key[2]))
-        n = out.get(cls)
-        out[cls] = _ONE if n is None else n + 1
+        n = counts.get(cls)
+        if n is None:
+            order[cls] = None
+            counts[cls] = 1
+        else:
+            counts[cls] = n + 1
         if p.capacity:  # consumable capacity on a shared device
             for fq, amount in p.capacity:
                 published = dev.capacity[fq][0] if fq in dev.capacity else fq.rsplit("/", 1)[-1]
-                k = f"{cls}/{published}"
-                have = out.get(k)
-                out[k] = amount if have is None else have + amount
+                _count_amount(order, amounts, f"{cls}/{published}", amount)
         elif not dev.multi:
             for published, cap in dev.capacity.values():
-                k = f"{cls}/{published}"
-                have = out.get(k)
-                out[k] = cap.value.value if have is None else have + cap.value.value
+                _count_amount(order, amounts, f"{cls}/{published}", cap.value.value)
+    out: dict[str, Fraction] = {}
+    for k in order:
+        n = counts.get(k)
+        parts = amounts.get(k)
+        if parts is None:
+            out[k] = Fraction(n or 0)
+            continue
+        if len(parts) == 1:
+            ((v, m),) = parts.items()
+            total = v * m if m != 1 else v
+        else:
+            total = sum((v * m for v, m in parts.items()), Fraction(0))
+        out[k] = total if n is None else n + total  # (a class named like a capacity)
     return out, tuple(devices)
+
+
+def _count_amount(
+    order: dict[str, None], amounts: dict[str, dict[Fraction, int]], k: str, v: Fraction
+) -> None:
+    by_value = amounts.get(k)
+    if by_value is None:
+        order[k] = None
+        amounts[k] = {v: 1}
+    else:
+        by_value[v] = by_value.get(v, 0) + 1
 
 
 def charge_gang(

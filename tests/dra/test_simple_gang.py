@@ -496,3 +496,58 @@ def test_wide_clusters_skip_blocks_and_count_checks_alike(seed: int) -> None:
             want[1],
             want[3],
         )
+
+
+# ------------------------------------------------------------------------------------ charges
+def _charges_pick_by_pick(
+    classes: dict[str, str], picks: list[Pick]
+) -> tuple[dict[str, Fraction], tuple[tuple[str, str, str, str], ...]]:
+    """``charges._charges`` as it was: adding pick by pick."""
+    out: dict[str, Fraction] = {}
+    devices = []
+    for p in picks:
+        if p.admin_access:
+            continue
+        cls = classes.get(p.request) or classes.get(p.request.split("/", 1)[0], "")
+        dev = p.device
+        devices.append((cls, dev.key[0], dev.key[1], dev.key[2]))
+        n = out.get(cls)
+        out[cls] = Fraction(1) if n is None else n + 1
+        if p.capacity:
+            for fq, amount in p.capacity:
+                published = dev.capacity[fq][0] if fq in dev.capacity else fq.rsplit("/", 1)[-1]
+                k = f"{cls}/{published}"
+                have = out.get(k)
+                out[k] = amount if have is None else have + amount
+        elif not dev.multi:
+            for published, cap in dev.capacity.values():
+                k = f"{cls}/{published}"
+                have = out.get(k)
+                out[k] = cap.value.value if have is None else have + cap.value.value
+    return out, tuple(devices)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_charges_sum_as_pick_by_pick(seed: int) -> None:
+    from queueing.dra.charges import _charges
+
+    rng = random.Random(seed)
+    _, slices, _ = cluster(rng)
+    slices = [*slices, gpus("x", 4, rng), shared_gpus("x", 2), *mig_node("m")[1]]
+    inv = ClusterState([], slices, [GPU]).inventory
+    devs = sorted(inv.devices.values(), key=lambda d: d.order)
+    classes = {"g": "gpu", "h/a": "fast", "h/b": "gpu", "m": "mig.nvidia.com", "x": "gpu/memory"}
+    picks = []
+    for _ in range(rng.randint(0, 30)):
+        d = rng.choice(devs)
+        cap: tuple[tuple[str, Fraction], ...] = ()
+        if d.multi:
+            cap = tuple(
+                (q, Fraction(rng.choice([1, 3, 7]), rng.choice([1, 2]))) for q in list(d.capacity)[:1]
+            ) or ((f"{DRIVER}/unknown", Fraction(5)),)
+        req = rng.choice(["g", "h/a", "h/b", "h/c", "m", "x", "nope"])
+        picks.append(Pick(d, req, rng.random() < 0.1, d.consumes, cap))
+    got = _charges(classes, picks)
+    want = _charges_pick_by_pick(classes, picks)
+    assert (list(got[0].items()), got[1]) == (list(want[0].items()), want[1])
+    assert all(type(v) is Fraction for v in got[0].values())
