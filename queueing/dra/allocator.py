@@ -773,33 +773,88 @@ class Allocator:
                     return None
         return single
 
-    def greedy_fit(
+    def greedy_fill(
         self,
         claims: Sequence[PreparedClaim],
         steps: Sequence[tuple[int, tuple[Alternative, ...]]],
         node: Node,
         usage: Usage,
-    ) -> list[tuple[int, Alternative, Pick]] | bool:
-        """``allocate_on(claims, node, usage, explain=False)`` where it is decided without the
-        backtracking search, for claims whose layout allows ``_greedy`` (``_layout``); ``steps``:
-        their requests in order, as ``allocate_on`` lists them. False: ``allocate_on`` returns None
-        (no fit; remembered as it remembers it). A list: the picks of the allocation it returns
-        (claim index, alternative, pick; in ``Search.picks`` order), taken in ``usage`` as it takes
-        them. True: its backtracking search would decide (nothing taken)."""
+        limit: int,
+    ) -> tuple[list[list[tuple[int, Alternative, Pick]]], bool | None]:
+        """``allocate_on(claims, node, usage, explain=False)`` up to ``limit`` times in a row, for
+        claims whose layout allows ``_greedy`` (``_layout``; ``steps``: their requests in order, as
+        ``allocate_on`` lists them), as long as it is decided without the backtracking search and
+        allocates: the picks of each allocation (claim index, alternative, pick; in
+        ``_Search.picks`` order), taken in ``usage`` as it takes them; and what the next call
+        would do: None (not made: ``limit`` reached), False (it returns None, no fit; remembered as
+        it remembers it), True (its backtracking search would decide; nothing taken for it)."""
         shapes = tuple(pc.shape_id for pc in claims)
         layout = self._layouts.get(shapes)
         if layout is None:
             layout = self._layouts[shapes] = _layout(claims)
         need, greedy = layout
+        out: list[list[tuple[int, Alternative, Pick]]] = []
         if not greedy:
-            return True
-        single = self._pruned((shapes, node.name), need, steps, node, usage)
-        if single is None:
-            return False
-        search = _Search(usage=usage, node=node, steps_left=self.max_steps)
-        if self._greedy(steps, single, search):
-            return search.picks
-        return True
+            return out, True
+        fail_key = (shapes, node.name)
+        if len(steps) == 1:
+            ci, alts = steps[0]
+            a = alts[0]
+            cands = self.candidates(a, node)
+            if len(cands) <= self.max_steps and all(
+                c.error is None and not c.dev.multi and not c.dev.consumes for c in cands
+            ):
+                return self._fill_plain(fail_key, need, ci, a, cands, node, usage, limit)
+        while len(out) < limit:
+            single = self._pruned(fail_key, need, steps, node, usage)
+            if single is None:
+                return out, False
+            search = _Search(usage=usage, node=node, steps_left=self.max_steps)
+            if not self._greedy(steps, single, search):
+                return out, True
+            out.append(search.picks)
+        return out, None
+
+    def _fill_plain(
+        self,
+        fail_key: tuple[tuple[int, ...], str],
+        need: int,
+        ci: int,
+        a: Alternative,
+        cands: tuple[_Candidate, ...],
+        node: Node,
+        usage: Usage,
+        limit: int,
+    ) -> tuple[list[list[tuple[int, Alternative, Pick]]], bool | None]:
+        """``greedy_fill`` for one request (``a``: one ExactCount alternative without admin
+        access) whose candidates on the node are plain: no CEL error, no multiple allocations, no
+        shared counters, fewer than the step bound. Then ``_pruned`` passes exactly while ``a.count``
+        candidates are free (free candidates are free devices usable from the node, and ``need`` is
+        ``a.count``), and ``_greedy`` takes the first ``a.count`` free ones in order, never
+        backtracking: allocation after allocation takes the next ones, until fewer are left."""
+        out: list[list[tuple[int, Alternative, Pick]]] = []
+        if limit < 1:
+            return out, None
+        seen = self._fail.get(fail_key)
+        if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+            return out, False
+        taken = usage.devices
+        free = [c for c in cands if not taken.get(c.dev.key, 0) > 0]
+        count = a.count
+        assert need == count
+        m = min(limit, len(free) // count)
+        request = a.request
+        for j in range(m):
+            got: list[tuple[int, Alternative, Pick]] = []
+            for c in free[j * count : (j + 1) * count]:
+                pick = Pick(c.dev, request, False, c.dev.consumes, c.capacity)
+                usage.take(pick)
+                got.append((ci, a, pick))
+            out.append(got)
+        if m < limit:
+            self._fail[fail_key] = (usage.token, usage.epoch)
+            return out, False
+        return out, None
 
     def _greedy(
         self,
@@ -1076,7 +1131,7 @@ class Allocator:
     def plain_results(self, picks: Sequence[Pick]) -> tuple[DeviceRequestAllocationResult, ...]:
         """``status.allocation.devices.results`` of a claim ``allocate_on`` allocated with these
         picks (in order), when its requests had no admin access and no tolerations and no device
-        allows multiple allocations (as for ``greedy_fit``'s picks of such requests)."""
+        allows multiple allocations (as for ``greedy_fill``'s picks of such requests)."""
         out = []
         for p in picks:
             if p.admin_access or p.device.multi:

@@ -111,11 +111,11 @@ def _charges(
 ) -> tuple[dict[str, Fraction], tuple[tuple[str, str, str, str], ...]]:
     """Devices per class, and per ``<class>/<capacity>`` the device's full value when it is taken
     exclusively or the consumed capacity on a device with multiple allocations, summed over the
-    picks (resources in the order they first appear). Sums are exact: counted and grouped by value,
-    they are what adding pick by pick gives."""
+    picks (resources in the order they first appear). Sums are exact: devices counted, amounts
+    summed as numerators per denominator, they are what adding pick by pick gives."""
     order: dict[str, None] = {}  # resources as they first appear
     counts: dict[str, int] = {}  # class -> devices
-    amounts: dict[str, dict[Fraction, int]] = {}  # "<class>/<capacity>" -> amount -> times
+    amounts: dict[str, dict[int, int]] = {}  # "<class>/<capacity>" -> denominator -> numerators
     devices: list[tuple[str, str, str, str]] = []
     for p in picks:
         if p.admin_access:
@@ -130,12 +130,23 @@ def _charges(
         else:
             counts[cls] = n + 1
         if p.capacity:  # consumable capacity on a shared device
-            for fq, amount in p.capacity:
-                published = dev.capacity[fq][0] if fq in dev.capacity else fq.rsplit("/", 1)[-1]
-                _count_amount(order, amounts, f"{cls}/{published}", amount)
+            added = [
+                (dev.capacity[fq][0] if fq in dev.capacity else fq.rsplit("/", 1)[-1], amount)
+                for fq, amount in p.capacity
+            ]
         elif not dev.multi:
-            for published, cap in dev.capacity.values():
-                _count_amount(order, amounts, f"{cls}/{published}", cap.value.value)
+            added = [(published, cap.value.value) for published, cap in dev.capacity.values()]
+        else:
+            continue
+        for published, v in added:
+            k = f"{cls}/{published}"
+            by_den = amounts.get(k)
+            if by_den is None:
+                order[k] = None
+                amounts[k] = {v.denominator: v.numerator}
+            else:
+                d = v.denominator
+                by_den[d] = by_den.get(d, 0) + v.numerator
     out: dict[str, Fraction] = {}
     for k in order:
         n = counts.get(k)
@@ -143,24 +154,9 @@ def _charges(
         if parts is None:
             out[k] = Fraction(n or 0)
             continue
-        if len(parts) == 1:
-            ((v, m),) = parts.items()
-            total = v * m if m != 1 else v
-        else:
-            total = sum((v * m for v, m in parts.items()), Fraction(0))
+        total = sum((Fraction(num, den) for den, num in parts.items()), Fraction(0))
         out[k] = total if n is None else n + total  # (a class named like a capacity)
     return out, tuple(devices)
-
-
-def _count_amount(
-    order: dict[str, None], amounts: dict[str, dict[Fraction, int]], k: str, v: Fraction
-) -> None:
-    by_value = amounts.get(k)
-    if by_value is None:
-        order[k] = None
-        amounts[k] = {v: 1}
-    else:
-        by_value[v] = by_value.get(v, 0) + 1
 
 
 def charge_gang(

@@ -954,8 +954,8 @@ def place_simple(
     descent places every pod, the search returns it. This follows that descent only, each step as
     the search and ``_try`` take it: the same node skips and node-check count (None where the
     count passes the bound), ``_static_miss``, ``_dynamic_miss`` (as ``_room``), and for the claims
-    ``Allocator.greedy_fit``, which is ``allocate_on`` wherever it decides; the picks are taken in
-    the state's usage as ``_try`` takes them, for the pods after. It gives up (None) where the
+    ``Allocator.greedy_fill``, which is ``allocate_on`` (pod after pod on one node) wherever it
+    decides; the picks are taken in the state's usage as ``_try`` takes them, for the pods after. It gives up (None) where the
     descent would backtrack (a pod fits nowhere), where ``allocate_on`` would need its backtracking
     search, and at the bound. At the end every pick is given back as ``Transaction.discard`` does.
     """
@@ -1017,7 +1017,9 @@ def place_simple(
             here: dict[int, int] = {}
             nclaims = len(claims)
             alike = prev is not None and prev.shape == ss.shape
-            for k in range(n):
+            dead: set[int] = set()  # nodes where the next pod's claims are known not to fit
+            k = 0
+            while k < n:
                 start = floor if k > 0 or alike else 0
                 i = start
                 while True:
@@ -1052,29 +1054,42 @@ def place_simple(
                     r = room.get(i)
                     if r is None:
                         r = room[i] = _room(state, i, ss.requests, extra.get(i))
-                    if r <= 0:
+                    if r <= 0 or i in dead:
                         i += 1
                         continue
+                    limit = min(r, n - k)
                     if steps:
-                        got = alloc.greedy_fit(claims, steps, nodes[i], usage)
-                        if got is False:
+                        # the next pods, as long as they fit here: each starts here (it is alike
+                        # the one before) and fits, so its search tries this node, one check
+                        got, after = alloc.greedy_fill(claims, steps, nodes[i], usage, limit)
+                        for one in got:
+                            taken.append([p for _, _, p in one])
+                        if after is True:
+                            return None  # ``allocate_on`` would search (for this pod or a later one)
+                        if after is False:
+                            dead.add(i)
+                        if not got:
                             i += 1
                             continue
-                        if got is True:
-                            return None  # ``allocate_on`` would search
-                        picks = [p for _, _, p in got]
-                        taken.append(picks)
-                        if nclaims == 1:
-                            out_picks.append((tuple(picks),))
-                        else:
-                            out_picks.append(
-                                tuple(tuple(p for c, _, p in got if c == ci) for ci in range(nclaims))
-                            )
+                        m = len(got)
+                        for one in got:
+                            picks = [p for _, _, p in one]
+                            if nclaims == 1:
+                                out_picks.append((tuple(picks),))
+                            else:
+                                out_picks.append(
+                                    tuple(tuple(p for c, _, p in one if c == ci) for ci in range(nclaims))
+                                )
                     else:
-                        out_picks.append(())
-                    room[i] = r - 1
-                    here[i] = here.get(i, 0) + 1
-                    out_nodes.append(i)
+                        m = limit
+                        out_picks.extend(() for _ in range(m))
+                    checks += m - 1
+                    if checks > max_node_checks:
+                        return None
+                    room[i] = r - m
+                    here[i] = here.get(i, 0) + m
+                    out_nodes.extend(i for _ in range(m))
+                    k += m
                     break
                 floor = i
             for i, cnt in here.items():

@@ -551,3 +551,60 @@ def test_charges_sum_as_pick_by_pick(seed: int) -> None:
     want = _charges_pick_by_pick(classes, picks)
     assert (list(got[0].items()), got[1]) == (list(want[0].items()), want[1])
     assert all(type(v) is Fraction for v in got[0].values())
+
+
+# ------------------------------------------------------------------------------------ the allocator
+@pytest.mark.parametrize("seed", range(80))
+def test_greedy_fill_is_allocate_on_in_a_row(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes, slices, classes = cluster(rng)
+    states = [ClusterState(nodes, slices, classes, templates=templates()) for _ in range(2)]
+    busy = [rng.random() < 0.25 for _ in states[0].inventory.devices]
+    for st in states:
+        for d, b in zip(sorted(st.inventory.devices.values(), key=lambda d: d.order), busy, strict=True):
+            if b and not d.multi:
+                st.usage.take(Pick(d, "r", False, d.consumes, ()))
+    names = [n for n, (_, simple) in TEMPLATES.items() if (simple and n != "mem") or rng.random() < 0.3]
+    chosen = [rng.choice(names) for _ in range(rng.randint(1, 2))]
+    prepared = [
+        [
+            st.allocator.prepare_claim(
+                ResourceClaim.model_validate(
+                    {
+                        "metadata": {"name": f"c{j}", "namespace": "default"},
+                        "spec": {"devices": TEMPLATES[t][0]},
+                    }
+                )
+            )
+            for j, t in enumerate(chosen)
+        ]
+        for st in states
+    ]
+    steps = [(ci, alts) for ci, pc in enumerate(prepared[1]) for alts in pc.requests]
+    for i in range(len(nodes)):
+        limit = rng.randint(0, 4)
+        a, b = states
+        nd = a.nodes[i]
+        got, after = b.allocator.greedy_fill(prepared[1], steps, b.nodes[i], b.usage, limit)
+        for one in got:
+            want = a.allocator.allocate_on(prepared[0], nd, a.usage, explain=False)
+            assert isinstance(want, tuple)
+            assert [_pick(p) for ca in want for p in ca.picks] == [_pick(p) for _, _, p in one]
+            assert [[_pick(p) for c, _, p in one if c == ci] for ci in range(len(chosen))] == [
+                [_pick(p) for p in ca.picks] for ca in want
+            ]
+        if after is None:
+            assert len(got) == limit
+        elif after is False:
+            assert a.allocator.allocate_on(prepared[0], nd, a.usage, explain=False) is None
+        else:  # only the backtracking search can tell: what it takes is not compared
+            try:
+                nxt = a.allocator.allocate_on(prepared[0], nd, a.usage, explain=False)
+            except AllocationError:  # a CEL error on a device the search reaches
+                return
+            if isinstance(nxt, tuple):
+                for ca in nxt:
+                    for p in ca.picks:
+                        a.usage.give_back(p, backtrack=True)
+        assert list(a.usage.devices.items()) == list(b.usage.devices.items())
+        assert list(a.usage.counters.items()) == list(b.usage.counters.items())
