@@ -719,6 +719,13 @@ class Allocator:
                 usage.give_back(p, backtrack=True)
             search.picks.clear()
             return self._diagnose(claims, node, usage, bound_hit=True)
+        except AllocationError:
+            # an error met deep in the search (a CEL runtime error on a device): what the search
+            # took so far is given back, as for any attempt that does not allocate
+            for _, _, p in reversed(search.picks):
+                usage.give_back(p, backtrack=True)
+            search.picks.clear()
+            raise
         if not ok:
             self._fail[fail_key] = (usage.token, usage.epoch)
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None

@@ -608,3 +608,40 @@ def test_greedy_fill_is_allocate_on_in_a_row(seed: int) -> None:
                         a.usage.give_back(p, backtrack=True)
         assert list(a.usage.devices.items()) == list(b.usage.devices.items())
         assert list(a.usage.counters.items()) == list(b.usage.counters.items())
+
+
+def test_an_error_deep_in_the_search_leaves_nothing_taken() -> None:
+    # request b's selector fails on gpu-1 (no index) after request a took gpu-0: the error aborts
+    # the allocation, and gpu-0 is given back
+    sl = ResourceSlice.model_validate(
+        {
+            "metadata": {"name": "n1-gpus"},
+            "spec": {
+                "driver": DRIVER,
+                "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                "nodeName": "n1",
+                "devices": [
+                    {"name": "gpu-0", "attributes": {"index": {"int": 0}}},
+                    {"name": "gpu-1"},
+                    {"name": "gpu-2", "attributes": {"index": {"int": 2}}},
+                ],
+            },
+        }
+    )
+    devices = {
+        "requests": [_req("a", "gpu"), _req("b", "gpu", 1, f'device.attributes["{DRIVER}"].index == 0')]
+    }
+    t = ResourceClaimTemplate.model_validate(
+        {"metadata": {"name": "t", "namespace": "default"}, "spec": {"spec": {"devices": devices}}}
+    )
+    state = ClusterState([node("n1", random.Random(1))], [sl], [GPU], templates=[t])
+    sp = PodSpec.model_validate(
+        {
+            "containers": [{"name": "c"}],
+            "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}],
+            "tolerations": [{"key": "t", "operator": "Exists"}],
+        }
+    )
+    with pytest.raises(AllocationError, match="CEL runtime error"):
+        place_gang([Pod(metadata=ObjectMeta(name="p", namespace="default"), spec=sp)], state)
+    assert not any(state.usage.devices.values())
