@@ -342,6 +342,8 @@ class Allocator:
         self._result_cache: dict[tuple[object, ...], AllocationResult] = {}
         self._result_seen: set[tuple[object, ...]] = set()
         self._shape_ids: dict[tuple[object, ...], int] = {}  # see ``PreparedClaim.shape_id``
+        # id(candidates) -> (candidates, plain: see ``greedy_fill``)
+        self._plain: dict[int, tuple[tuple[_Candidate, ...], bool]] = {}
         # claims' shape ids -> ``_layout`` of claims of those shapes
         self._layouts: dict[tuple[int, ...], tuple[int, bool]] = {}
 
@@ -787,31 +789,39 @@ class Allocator:
         node: Node,
         usage: Usage,
         limit: int,
-    ) -> tuple[list[list[tuple[int, Alternative, Pick]]], bool | None]:
+    ) -> tuple[list[tuple[tuple[Pick, ...], ...]], bool | None]:
         """``allocate_on(claims, node, usage, explain=False)`` up to ``limit`` times in a row, for
         claims whose layout allows ``_greedy`` (``_layout``; ``steps``: their requests in order, as
         ``allocate_on`` lists them), as long as it is decided without the backtracking search and
-        allocates: the picks of each allocation (claim index, alternative, pick; in
-        ``_Search.picks`` order), taken in ``usage`` as it takes them; and what the next call
-        would do: None (not made: ``limit`` reached), False (it returns None, no fit; remembered as
-        it remembers it), True (its backtracking search would decide; nothing taken for it)."""
+        allocates: the picks of each allocation, per claim (``ClaimAllocation.picks``), taken in
+        ``usage`` as it takes them (claim by claim); and what the next call would do: None (not
+        made: ``limit`` reached), False (it returns None, no fit; remembered as it remembers it),
+        True (its backtracking search would decide; nothing taken for it)."""
         shapes = tuple(pc.shape_id for pc in claims)
         layout = self._layouts.get(shapes)
         if layout is None:
             layout = self._layouts[shapes] = _layout(claims)
         need, greedy = layout
-        out: list[list[tuple[int, Alternative, Pick]]] = []
+        out: list[tuple[tuple[Pick, ...], ...]] = []
         if not greedy:
             return out, True
         fail_key = (shapes, node.name)
+        n = len(claims)
         if len(steps) == 1:
             ci, alts = steps[0]
             a = alts[0]
             cands = self.candidates(a, node)
-            if len(cands) <= self.max_steps and all(
-                c.error is None and not c.dev.multi and not c.dev.consumes for c in cands
-            ):
-                return self._fill_plain(fail_key, need, ci, a, cands, node, usage, limit)
+            plain = self._plain.get(id(cands))
+            if plain is None or plain[0] is not cands:
+                if len(self._plain) >= 100_000:
+                    self._plain.clear()
+                plain = self._plain[id(cands)] = (
+                    cands,
+                    len(cands) <= self.max_steps
+                    and all(c.error is None and not c.dev.multi and not c.dev.consumes for c in cands),
+                )
+            if plain[1]:
+                return self._fill_plain(fail_key, need, n, ci, a, cands, usage, limit)
         while len(out) < limit:
             single = self._pruned(fail_key, need, steps, node, usage)
             if single is None:
@@ -819,27 +829,28 @@ class Allocator:
             search = _Search(usage=usage, node=node, steps_left=self.max_steps)
             if not self._greedy(steps, single, search):
                 return out, True
-            out.append(search.picks)
+            out.append(tuple(tuple(p for c, _, p in search.picks if c == ci) for ci in range(n)))
         return out, None
 
     def _fill_plain(
         self,
         fail_key: tuple[tuple[int, ...], str],
         need: int,
+        n: int,
         ci: int,
         a: Alternative,
         cands: tuple[_Candidate, ...],
-        node: Node,
         usage: Usage,
         limit: int,
-    ) -> tuple[list[list[tuple[int, Alternative, Pick]]], bool | None]:
-        """``greedy_fill`` for one request (``a``: one ExactCount alternative without admin
-        access) whose candidates on the node are plain: no CEL error, no multiple allocations, no
-        shared counters, fewer than the step bound. Then ``_pruned`` passes exactly while ``a.count``
-        candidates are free (free candidates are free devices usable from the node, and ``need`` is
-        ``a.count``), and ``_greedy`` takes the first ``a.count`` free ones in order, never
-        backtracking: allocation after allocation takes the next ones, until fewer are left."""
-        out: list[list[tuple[int, Alternative, Pick]]] = []
+    ) -> tuple[list[tuple[tuple[Pick, ...], ...]], bool | None]:
+        """``greedy_fill`` for ``n`` claims with one request between them (claim ``ci``'s, ``a``:
+        one ExactCount alternative without admin access) whose candidates on the node are plain: no
+        CEL error, no multiple allocations, no shared counters, fewer than the step bound. Then
+        ``_pruned`` passes exactly while ``a.count`` candidates are free (free candidates are free
+        devices usable from the node, and ``need`` is ``a.count``), and ``_greedy`` takes the first
+        ``a.count`` free ones in order, never backtracking: allocation after allocation takes the
+        next ones, until fewer are left."""
+        out: list[tuple[tuple[Pick, ...], ...]] = []
         if limit < 1:
             return out, None
         seen = self._fail.get(fail_key)
@@ -851,13 +862,17 @@ class Allocator:
         assert need == count
         m = min(limit, len(free) // count)
         request = a.request
+        take = usage.take
+        before = ((),) * ci
+        after = ((),) * (n - ci - 1)
         for j in range(m):
-            got: list[tuple[int, Alternative, Pick]] = []
-            for c in free[j * count : (j + 1) * count]:
-                pick = Pick(c.dev, request, False, c.dev.consumes, c.capacity)
-                usage.take(pick)
-                got.append((ci, a, pick))
-            out.append(got)
+            got = tuple(
+                Pick(c.dev, request, False, c.dev.consumes, c.capacity)
+                for c in free[j * count : (j + 1) * count]
+            )
+            for pick in got:
+                take(pick)
+            out.append((got,) if n == 1 else (*before, got, *after))
         if m < limit:
             self._fail[fail_key] = (usage.token, usage.epoch)
             return out, False

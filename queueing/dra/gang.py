@@ -1004,7 +1004,7 @@ def place_simple(
     checks = 0
     out_nodes: list[int] = []
     out_picks: list[tuple[tuple[Pick, ...], ...]] = []
-    taken: list[list[Pick]] = []  # per pod placed: its picks, in the order ``Transaction`` keeps them
+    taken: list[tuple[tuple[Pick, ...], ...]] = []  # per pod placed: its picks per claim (as taken)
     extra: dict[int, dict[str, Fraction]] = {}  # node allocatable taken by earlier groups
     placed_on: list[tuple[int, tuple[tuple[str, Fraction], ...]]] = []  # (node, requests) per group and node
     prev: _SpecStatic | None = None
@@ -1015,7 +1015,6 @@ def place_simple(
             blocks = usage.block_free if need and usage.node_block is not None else None
             room: dict[int, int] = {}
             here: dict[int, int] = {}
-            nclaims = len(claims)
             alike = prev is not None and prev.shape == ss.shape
             dead: set[int] = set()  # nodes where the next pod's claims are known not to fit
             k = 0
@@ -1062,8 +1061,7 @@ def place_simple(
                         # the next pods, as long as they fit here: each starts here (it is alike
                         # the one before) and fits, so its search tries this node, one check
                         got, after = alloc.greedy_fill(claims, steps, nodes[i], usage, limit)
-                        for one in got:
-                            taken.append([p for _, _, p in one])
+                        taken.extend(got)
                         if after is True:
                             return None  # ``allocate_on`` would search (for this pod or a later one)
                         if after is False:
@@ -1072,14 +1070,7 @@ def place_simple(
                             i += 1
                             continue
                         m = len(got)
-                        for one in got:
-                            picks = [p for _, _, p in one]
-                            if nclaims == 1:
-                                out_picks.append((tuple(picks),))
-                            else:
-                                out_picks.append(
-                                    tuple(tuple(p for c, _, p in one if c == ci) for ci in range(nclaims))
-                                )
+                        out_picks.extend(got)
                     else:
                         m = limit
                         out_picks.extend(() for _ in range(m))
@@ -1105,9 +1096,11 @@ def place_simple(
         )
         return SimpleGang(pod_sets, tuple(out_nodes), tuple(out_picks), checks)
     finally:
-        for picks in reversed(taken):
-            for p in picks:
-                usage.give_back(p)
+        give_back = usage.give_back
+        for per_claim in reversed(taken):  # as ``Transaction.discard``: pod by pod from the last
+            for picks in per_claim:
+                for p in picks:
+                    give_back(p)
         # what ``Transaction._apply`` and ``_undo_last`` leave: a zero for a resource new to the node
         for i, requests in placed_on:
             used = state.used[i]

@@ -616,49 +616,57 @@ class DraPlacer:
         plans: list[PodPlan] = []
         owned: list[tuple[ResourceClaim, Sequence[Pick]]] = []
         names = cs.node_names
+        wname = workload.name
+        planned_of = self._planned
+        # for the plan's ``_PlanInfo`` (what ``_info`` computes): pods per node and pod set, the
+        # pods' picks in order and the counted ones per node
+        per: dict[int, list[int]] = {}
+        all_picks: list[Pick] = []
+        taken: dict[str, int] = {}
         k = 0
-        for (ps_name, n, _), sps in zip(groups, got.pod_sets, strict=True):
+        ng = len(groups)
+        for g, ((ps_name, n, _), sps) in enumerate(zip(groups, got.pod_sets, strict=True)):
             one = len(sps.claims) == 1
-            picks_all: list[Pick] = []  # of the one claim, pod by pod
+            first = sps.claims[0][0] if one else ""
+            start = len(all_picks)
             for i in range(n):
                 per_claim = got.picks[k]
-                planned = tuple(
-                    self._planned(name, picks) for (name, _), picks in zip(sps.claims, per_claim, strict=True)
-                )
+                node_i = got.nodes[k]
                 if one:
-                    picks_all.extend(per_claim[0])
+                    own = per_claim[0]
+                    planned: tuple[PlannedClaim, ...] = (planned_of(first, own),)
                 else:
+                    own = tuple(p for c in per_claim for p in c)
+                    planned = tuple(
+                        planned_of(name, picks)
+                        for (name, _), picks in zip(sps.claims, per_claim, strict=True)
+                    )
                     owned.extend(
                         (claim, picks) for (_, claim), picks in zip(sps.claims, per_claim, strict=True)
                     )
+                all_picks.extend(own)
                 plans.append(
                     PodPlan(
                         ps_name,
                         i,
-                        pod_name(workload.name, ps_name, i),
-                        names[got.nodes[k]],
-                        per_claim[0] if one else tuple(p for c in per_claim for p in c),
+                        pod_name(wname, ps_name, i),
+                        names[node_i],
+                        own,
                         node_resources=sps.resources,
                         claims=planned,
                     )
                 )
+                row = per.get(node_i)
+                if row is None:
+                    row = per[node_i] = [0] * ng
+                row[g] += 1
                 k += 1
             if one:
-                owned.append((sps.claims[0][1], picks_all))
+                owned.append((sps.claims[0][1], all_picks[start:]))
         charges, classes = charge_own_claims(owned)
         plan = DraPlan(tuple(plans), (), classes)
         dev = {r: Fraction(v) for r, v in charges.items() if v}
-        # what ``_info`` computes for the plan, from pods counted per node and pod set (a pod set's
-        # requests times its pods on a node: the sum ``_info`` adds up pod by pod)
-        per: dict[int, list[int]] = {}
-        k = 0
-        for g, (_, n, _) in enumerate(groups):
-            for _ in range(n):
-                row = per.get(got.nodes[k])
-                if row is None:
-                    row = per[got.nodes[k]] = [0] * len(groups)
-                row[g] += 1
-                k += 1
+        # a pod set's requests times its pods on a node: the sum ``_info`` adds up pod by pod
         totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]] = []
         for i, by_group in per.items():
             acc: dict[str, Fraction] = {}
@@ -668,19 +676,24 @@ class DraPlacer:
                         have = acc.get(r)
                         acc[r] = v * cnt if have is None else have + v * cnt
             totals.append((cs.used[i], [(r, v) for r, v in acc.items() if v]))
-        picks = tuple(p for pp in plans for p in pp.picks)
-        taken: dict[str, int] = {}
-        for p in picks:
+        for p in all_picks:
             if _counted(p):
                 name = p.device.node_name
                 assert name is not None
                 taken[name] = taken.get(name, 0) + 1
-        self._keep_info(_PlanInfo(plan, totals, picks, tuple(taken.items()), False))
+        self._keep_info(_PlanInfo(plan, totals, tuple(all_picks), tuple(taken.items()), False))
         return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
 
     def _planned(self, name: str, picks: tuple[Pick, ...]) -> PlannedClaim:
         """The plan of a pod's claim from a template allocated with these picks (a value: shared)."""
-        key = (name, tuple((p.request, p.device.key) for p in picks))
+        if len(picks) == 1:
+            p = picks[0]
+            key: tuple[str, tuple[tuple[str, tuple[str, str, str]], ...]] = (
+                name,
+                ((p.request, p.device.key),),
+            )
+        else:
+            key = (name, tuple((p.request, p.device.key) for p in picks))
         hit = self._planned_cache.get(key)
         if hit is None:
             if len(self._planned_cache) >= 65_536:

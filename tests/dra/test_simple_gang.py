@@ -245,7 +245,7 @@ def general(r: Any) -> tuple[object, ...]:
     )
 
 
-@pytest.mark.parametrize("seed", range(150))
+@pytest.mark.parametrize("seed", range(120))
 def test_place_simple_is_place_gang_or_gives_up(seed: int) -> None:
     rng = random.Random(seed)
     nodes, slices, classes = cluster(rng)
@@ -527,7 +527,7 @@ def _charges_pick_by_pick(
     return out, tuple(devices)
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", range(30))
 def test_charges_sum_as_pick_by_pick(seed: int) -> None:
     from queueing.dra.charges import _charges
 
@@ -589,8 +589,7 @@ def test_greedy_fill_is_allocate_on_in_a_row(seed: int) -> None:
         for one in got:
             want = a.allocator.allocate_on(prepared[0], nd, a.usage, explain=False)
             assert isinstance(want, tuple)
-            assert [_pick(p) for ca in want for p in ca.picks] == [_pick(p) for _, _, p in one]
-            assert [[_pick(p) for c, _, p in one if c == ci] for ci in range(len(chosen))] == [
+            assert [[_pick(p) for p in picks] for picks in one] == [
                 [_pick(p) for p in ca.picks] for ca in want
             ]
         if after is None:
