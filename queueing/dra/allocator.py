@@ -862,7 +862,6 @@ class Allocator:
         assert need == count
         m = min(limit, len(free) // count)
         request = a.request
-        take = usage.take
         before = ((),) * ci
         after = ((),) * (n - ci - 1)
         for j in range(m):
@@ -870,8 +869,7 @@ class Allocator:
                 Pick(c.dev, request, False, c.dev.consumes, c.capacity)
                 for c in free[j * count : (j + 1) * count]
             )
-            for pick in got:
-                take(pick)
+            usage.take_all(got)
             out.append((got,) if n == 1 else (*before, got, *after))
         if m < limit:
             self._fail[fail_key] = (usage.token, usage.epoch)

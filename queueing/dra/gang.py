@@ -1096,11 +1096,8 @@ def place_simple(
         )
         return SimpleGang(pod_sets, tuple(out_nodes), tuple(out_picks), checks)
     finally:
-        give_back = usage.give_back
-        for per_claim in reversed(taken):  # as ``Transaction.discard``: pod by pod from the last
-            for picks in per_claim:
-                for p in picks:
-                    give_back(p)
+        # as ``Transaction.discard``: pod by pod from the last
+        usage.give_back_all(p for per_claim in reversed(taken) for picks in per_claim for p in picks)
         # what ``Transaction._apply`` and ``_undo_last`` leave: a zero for a resource new to the node
         for i, requests in placed_on:
             used = state.used[i]

@@ -1015,9 +1015,7 @@ class DraPlacer:
             for r, v in res:
                 used[r] = used.get(r, _ZERO) + v
         if not info.shared:
-            take = cs.usage.take
-            for p in info.picks:
-                take(p)
+            cs.usage.take_all(info.picks)
             self._count_nodes(info.taken, 1)
             return
         for pp in plan.pods:
@@ -1044,9 +1042,7 @@ class DraPlacer:
             for r, v in res:
                 used[r] = used.get(r, _ZERO) - v
         if not info.shared:
-            give_back = cs.usage.give_back
-            for p in info.picks:
-                give_back(p)
+            cs.usage.give_back_all(info.picks)
             self._count_nodes(info.taken, -1)
             return
         for pp in plan.pods:

@@ -644,3 +644,35 @@ def test_an_error_deep_in_the_search_leaves_nothing_taken() -> None:
     with pytest.raises(AllocationError, match="CEL runtime error"):
         place_gang([Pod(metadata=ObjectMeta(name="p", namespace="default"), spec=sp)], state)
     assert not any(state.usage.devices.values())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_take_all_and_give_back_all_are_one_by_one(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes, slices, classes = cluster(rng)
+    states = [ClusterState(nodes, [*slices, shared_gpus("n0", 2)], classes) for _ in range(2)]
+    devs = sorted(states[0].inventory.devices.values(), key=lambda d: d.order)
+
+    def book(st: ClusterState) -> tuple[object, ...]:
+        u = st.usage
+        items = (u.devices, u.counters, u.capacity, u.node_taken)
+        return (*(list(x.items()) for x in items), list(u.block_free), u.epoch)
+
+    held: list[list[Pick]] = []
+    for _ in range(8):
+        if held and rng.random() < 0.4:
+            picks = held.pop(rng.randrange(len(held)))
+            for p in picks:
+                states[0].usage.give_back(p)
+            states[1].usage.give_back_all(picks)
+        else:
+            picks = []
+            for _ in range(rng.randint(0, 6)):
+                d = rng.choice(devs)
+                cap = tuple((q, Fraction(1, 2)) for q in list(d.capacity)[:1]) if d.multi else ()
+                picks.append(Pick(d, "r", rng.random() < 0.1, d.consumes, cap))
+            for p in picks:
+                states[0].usage.take(p)
+            states[1].usage.take_all(picks)
+            held.append(picks)
+        assert book(states[0]) == book(states[1])
