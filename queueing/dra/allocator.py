@@ -603,6 +603,25 @@ class Allocator:
         hit = self._candidates.get(key)
         if hit is not None:
             return hit
+        result = self._candidates_of(alt, node)
+        self._candidates[key] = result
+        return result
+
+    def _clean_candidates(self, alt: Alternative, node: Node) -> tuple[_Candidate, ...] | None:
+        """``candidates(alt, node)`` when none has a CEL error, else None. A list with an error
+        names the claim that built it first (the error's message is kept with it): such a list is
+        not kept from here, where ``alt`` may stand for another claim of the same shape."""
+        key = (alt.signature, node.name)
+        hit = self._candidates.get(key)
+        if hit is None:
+            hit = self._candidates_of(alt, node)
+            if any(c.error is not None for c in hit):
+                return None
+            self._candidates[key] = hit
+            return hit
+        return None if any(c.error is not None for c in hit) else hit
+
+    def _candidates_of(self, alt: Alternative, node: Node | None) -> tuple[_Candidate, ...]:
         out: list[_Candidate] = []
         for dev in self.inventory.devices_on(node):
             if not dev.pool_ok:
@@ -631,9 +650,7 @@ class Allocator:
             if use is None:
                 continue
             out.append(_Candidate(dev, use))
-        result = tuple(out)
-        self._candidates[key] = result
-        return result
+        return tuple(out)
 
     def warm(self, claims: Sequence[PreparedClaim], nodes: Iterable[Node | None]) -> int:
         """Evaluate the selectors of these request shapes on every device of ``nodes`` ahead of time
@@ -796,7 +813,9 @@ class Allocator:
         allocates: the picks of each allocation, per claim (``ClaimAllocation.picks``), taken in
         ``usage`` as it takes them (claim by claim); and what the next call would do: None (not
         made: ``limit`` reached), False (it returns None, no fit; remembered as it remembers it),
-        True (its backtracking search would decide; nothing taken for it)."""
+        True (its backtracking search would decide, or a candidate has a CEL error; nothing taken
+        for it). ``claims`` may be other claims of the same shapes than ``allocate_on``'s: nothing
+        that names them is kept."""
         shapes = tuple(pc.shape_id for pc in claims)
         layout = self._layouts.get(shapes)
         if layout is None:
@@ -807,6 +826,11 @@ class Allocator:
             return out, True
         fail_key = (shapes, node.name)
         n = len(claims)
+        # the steps' alternatives may be another claim's of the same shape (the messages differ):
+        # candidate lists with a CEL error are left to ``allocate_on`` (its search meets the error)
+        lists = [self._clean_candidates(alts[0], node) for _, alts in steps]
+        if any(c is None for c in lists):
+            return out, True
         if len(steps) == 1:
             ci, alts = steps[0]
             a = alts[0]
