@@ -15,6 +15,10 @@ hitting the bound is reported, not hidden.
 
 The result is tentative: ``GangResult.transaction`` holds the changes to the ``ClusterState`` until
 ``commit()`` (the claims' allocations become in-use) or ``discard()`` (everything is given back).
+
+``place_simple(groups, state)`` answers where ``place_gang`` places a gang of simple pods (claims from
+templates with plain ExactCount requests), without building per-pod objects and leaving the state as
+it was, or says it cannot tell (then ``place_gang`` decides).
 """
 
 from __future__ import annotations

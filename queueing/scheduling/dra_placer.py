@@ -15,6 +15,12 @@ as it is with everything admitted or planned so far. :class:`DraPlacer` answers 
   -> summed capacity; a claim shared with another workload is charged to none and listed in
   :attr:`DraPlan.unowned`) and as ``detail`` a :class:`DraPlan` (per pod: node, devices per claim,
   node resources, extended-resource mappings).
+* Gangs of simple pods (claims from templates with plain ExactCount requests, no shared claims, no
+  extended resources served through DRA) whose pod specs were placed before go through
+  :func:`queueing.dra.gang.place_simple` and :func:`queueing.dra.charges.charge_own_claims`
+  instead: the same placement, plan and charges, without the gang's pods, claims and per-claim
+  charges; when it cannot tell (the search would backtrack, a failure to explain, ...) the general
+  path above decides.
 * On failure the :class:`~queueing.scheduling.placer.PlacementFailure` message is the gang
   allocator's explanation: which pod (and claim/request) could not be placed, its best node and how
   short it is. Input errors that abort allocation (unknown template, CEL error, ...) are failures
