@@ -959,9 +959,10 @@ def place_simple(
     the search and ``_try`` take it: the same node skips and node-check count (None where the
     count passes the bound), ``_static_miss``, ``_dynamic_miss`` (as ``_room``), and for the claims
     ``Allocator.greedy_fill``, which is ``allocate_on`` (pod after pod on one node) wherever it
-    decides; the picks are taken in the state's usage as ``_try`` takes them, for the pods after. It gives up (None) where the
-    descent would backtrack (a pod fits nowhere), where ``allocate_on`` would need its backtracking
-    search, and at the bound. At the end every pick is given back as ``Transaction.discard`` does.
+    decides; the picks are taken in the state's usage as ``_try`` takes them, for the pods after.
+    It gives up (None) where the descent would backtrack (a pod fits nowhere), where
+    ``allocate_on`` would need its backtracking search, and at the bound. At the end every pick is
+    given back as ``Transaction.discard`` does.
     """
     if state._open is not None and state._open.status == "tentative":
         return None  # ``place_gang`` raises
@@ -1010,7 +1011,8 @@ def place_simple(
     out_picks: list[tuple[tuple[Pick, ...], ...]] = []
     taken: list[tuple[tuple[Pick, ...], ...]] = []  # per pod placed: its picks per claim (as taken)
     extra: dict[int, dict[str, Fraction]] = {}  # node allocatable taken by earlier groups
-    placed_on: list[tuple[int, tuple[tuple[str, Fraction], ...]]] = []  # (node, requests) per group and node
+    # (node, requests) per group and node it placed pods on
+    placed_on: list[tuple[int, tuple[tuple[str, Fraction], ...]]] = []
     prev: _SpecStatic | None = None
     floor = 0
     try:
