@@ -342,6 +342,8 @@ class Allocator:
         self._result_cache: dict[tuple[object, ...], AllocationResult] = {}
         self._result_seen: set[tuple[object, ...]] = set()
         self._shape_ids: dict[tuple[object, ...], int] = {}  # see ``PreparedClaim.shape_id``
+        # id(candidates) -> (candidates, plain: see ``greedy_fill``)
+        self._plain: dict[int, tuple[tuple[_Candidate, ...], bool]] = {}
         # claims' shape ids -> ``_layout`` of claims of those shapes
         self._layouts: dict[tuple[int, ...], tuple[int, bool]] = {}
 
@@ -601,6 +603,25 @@ class Allocator:
         hit = self._candidates.get(key)
         if hit is not None:
             return hit
+        result = self._candidates_of(alt, node)
+        self._candidates[key] = result
+        return result
+
+    def _clean_candidates(self, alt: Alternative, node: Node) -> tuple[_Candidate, ...] | None:
+        """``candidates(alt, node)`` when none has a CEL error, else None. A list with an error
+        names the claim that built it first (the error's message is kept with it): such a list is
+        not kept from here, where ``alt`` may stand for another claim of the same shape."""
+        key = (alt.signature, node.name)
+        hit = self._candidates.get(key)
+        if hit is None:
+            hit = self._candidates_of(alt, node)
+            if any(c.error is not None for c in hit):
+                return None
+            self._candidates[key] = hit
+            return hit
+        return None if any(c.error is not None for c in hit) else hit
+
+    def _candidates_of(self, alt: Alternative, node: Node | None) -> tuple[_Candidate, ...]:
         out: list[_Candidate] = []
         for dev in self.inventory.devices_on(node):
             if not dev.pool_ok:
@@ -629,9 +650,7 @@ class Allocator:
             if use is None:
                 continue
             out.append(_Candidate(dev, use))
-        result = tuple(out)
-        self._candidates[key] = result
-        return result
+        return tuple(out)
 
     def warm(self, claims: Sequence[PreparedClaim], nodes: Iterable[Node | None]) -> int:
         """Evaluate the selectors of these request shapes on every device of ``nodes`` ahead of time
@@ -699,47 +718,14 @@ class Allocator:
         cheaper). On success the picks stay taken in ``usage``."""
         shapes = tuple(pc.shape_id for pc in claims)  # cheaper to hash than the shapes
         fail_key = (shapes, node.name if node is not None else "")
-        seen = self._fail.get(fail_key)
-        if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
-            return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         layout = self._layouts.get(shapes)
         if layout is None:
             layout = self._layouts[shapes] = _layout(claims)
         need, greedy = layout
         steps = [(ci, alts) for ci, pc in enumerate(claims) for alts in pc.requests]
-        if need:
-            # cheapest necessary condition, before any selector is evaluated on this node
-            # (shared devices may serve every request once: no bound from counting)
-            free = self.inventory.free_on(node, usage)
-            if free is not None and free < need:
-                self._fail[fail_key] = (usage.token, usage.epoch)
-                return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-        # early pruning: every request needs enough statically matching devices
-        single: list[tuple[_Candidate, ...]] = []  # candidates of the steps with one alternative
-        taken = usage.devices
-        for _ci, alts in steps:
-            if len(alts) != 1:
-                if not any(self._statically_possible(a, node) for a in alts):
-                    self._fail[fail_key] = (usage.token, usage.epoch)
-                    return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-                continue
-            a = alts[0]
-            cands = self.candidates(a, node)
-            single.append(cands)
-            if len(cands) < (1 if a.all_mode else a.count):  # ``_statically_possible``
-                self._fail[fail_key] = (usage.token, usage.epoch)
-                return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-            if not a.all_mode and not a.admin_access:
-                # cheap dynamic prune: enough devices not taken at all?
-                free = 0
-                for c in cands:
-                    if c.dev.multi or not taken.get(c.dev.key, 0) > 0:
-                        free += 1
-                        if free >= a.count:
-                            break
-                if free < a.count:
-                    self._fail[fail_key] = (usage.token, usage.epoch)
-                    return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
+        single = self._pruned(fail_key, need, steps, node, usage)
+        if single is None:
+            return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         search = _Search(usage=usage, node=node, steps_left=self.max_steps)
         if greedy and self._greedy(steps, single, search):
             return self._results(claims, node, search)
@@ -752,14 +738,171 @@ class Allocator:
                 usage.give_back(p, backtrack=True)
             search.picks.clear()
             return self._diagnose(claims, node, usage, bound_hit=True)
+        except AllocationError:
+            # an error met deep in the search (a CEL runtime error on a device): what the search
+            # took so far is given back, as for any attempt that does not allocate
+            for _, _, p in reversed(search.picks):
+                usage.give_back(p, backtrack=True)
+            search.picks.clear()
+            raise
         if not ok:
             self._fail[fail_key] = (usage.token, usage.epoch)
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         return self._results(claims, node, search)
 
+    def _pruned(
+        self,
+        fail_key: tuple[tuple[int, ...], str],
+        need: int,
+        steps: Sequence[tuple[int, tuple[Alternative, ...]]],
+        node: Node | None,
+        usage: Usage,
+    ) -> list[tuple[_Candidate, ...]] | None:
+        """``allocate_on``'s checks before any search: None when the claims (``steps``: their
+        requests; ``need``: ``_layout``'s) cannot fit on the node (remembered per usage state), else
+        the candidates of each step with one alternative."""
+        seen = self._fail.get(fail_key)
+        if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+            return None
+        if need:
+            # cheapest necessary condition, before any selector is evaluated on this node
+            # (shared devices may serve every request once: no bound from counting)
+            free = self.inventory.free_on(node, usage)
+            if free is not None and free < need:
+                self._fail[fail_key] = (usage.token, usage.epoch)
+                return None
+        # early pruning: every request needs enough statically matching devices
+        single: list[tuple[_Candidate, ...]] = []  # candidates of the steps with one alternative
+        taken = usage.devices
+        for _ci, alts in steps:
+            if len(alts) != 1:
+                if not any(self._statically_possible(a, node) for a in alts):
+                    self._fail[fail_key] = (usage.token, usage.epoch)
+                    return None
+                continue
+            a = alts[0]
+            cands = self.candidates(a, node)
+            single.append(cands)
+            if len(cands) < (1 if a.all_mode else a.count):  # ``_statically_possible``
+                self._fail[fail_key] = (usage.token, usage.epoch)
+                return None
+            if not a.all_mode and not a.admin_access:
+                # cheap dynamic prune: enough devices not taken at all?
+                free = 0
+                for c in cands:
+                    if c.dev.multi or not taken.get(c.dev.key, 0) > 0:
+                        free += 1
+                        if free >= a.count:
+                            break
+                if free < a.count:
+                    self._fail[fail_key] = (usage.token, usage.epoch)
+                    return None
+        return single
+
+    def greedy_fill(
+        self,
+        claims: Sequence[PreparedClaim],
+        steps: Sequence[tuple[int, tuple[Alternative, ...]]],
+        node: Node,
+        usage: Usage,
+        limit: int,
+    ) -> tuple[list[tuple[tuple[Pick, ...], ...]], bool | None]:
+        """``allocate_on(claims, node, usage, explain=False)`` up to ``limit`` times in a row, for
+        claims whose layout allows ``_greedy`` (``_layout``; ``steps``: their requests in order, as
+        ``allocate_on`` lists them), as long as it is decided without the backtracking search and
+        allocates: the picks of each allocation, per claim (``ClaimAllocation.picks``), taken in
+        ``usage`` as it takes them (claim by claim); and what the next call would do: None (not
+        made: ``limit`` reached), False (it returns None, no fit; remembered as it remembers it),
+        True (its backtracking search would decide, or a candidate has a CEL error; nothing taken
+        for it). ``claims`` may be other claims of the same shapes than ``allocate_on``'s: nothing
+        that names them is kept."""
+        shapes = tuple(pc.shape_id for pc in claims)
+        layout = self._layouts.get(shapes)
+        if layout is None:
+            layout = self._layouts[shapes] = _layout(claims)
+        need, greedy = layout
+        out: list[tuple[tuple[Pick, ...], ...]] = []
+        if not greedy:
+            return out, True
+        fail_key = (shapes, node.name)
+        n = len(claims)
+        # the steps' alternatives may be another claim's of the same shape (the messages differ):
+        # candidate lists with a CEL error are left to ``allocate_on`` (its search meets the error)
+        lists = [self._clean_candidates(alts[0], node) for _, alts in steps]
+        if any(c is None for c in lists):
+            return out, True
+        if len(steps) == 1:
+            ci, alts = steps[0]
+            a = alts[0]
+            cands = self.candidates(a, node)
+            plain = self._plain.get(id(cands))
+            if plain is None or plain[0] is not cands:
+                if len(self._plain) >= 100_000:
+                    self._plain.clear()
+                plain = self._plain[id(cands)] = (
+                    cands,
+                    len(cands) <= self.max_steps
+                    and all(c.error is None and not c.dev.multi and not c.dev.consumes for c in cands),
+                )
+            if plain[1]:
+                return self._fill_plain(fail_key, need, n, ci, a, cands, usage, limit)
+        while len(out) < limit:
+            single = self._pruned(fail_key, need, steps, node, usage)
+            if single is None:
+                return out, False
+            search = _Search(usage=usage, node=node, steps_left=self.max_steps)
+            if not self._greedy(steps, single, search):
+                return out, True
+            out.append(tuple(tuple(p for c, _, p in search.picks if c == ci) for ci in range(n)))
+        return out, None
+
+    def _fill_plain(
+        self,
+        fail_key: tuple[tuple[int, ...], str],
+        need: int,
+        n: int,
+        ci: int,
+        a: Alternative,
+        cands: tuple[_Candidate, ...],
+        usage: Usage,
+        limit: int,
+    ) -> tuple[list[tuple[tuple[Pick, ...], ...]], bool | None]:
+        """``greedy_fill`` for ``n`` claims with one request between them (claim ``ci``'s, ``a``:
+        one ExactCount alternative without admin access) whose candidates on the node are plain: no
+        CEL error, no multiple allocations, no shared counters, fewer than the step bound. Then
+        ``_pruned`` passes exactly while ``a.count`` candidates are free (free candidates are free
+        devices usable from the node, and ``need`` is ``a.count``), and ``_greedy`` takes the first
+        ``a.count`` free ones in order, never backtracking: allocation after allocation takes the
+        next ones, until fewer are left."""
+        out: list[tuple[tuple[Pick, ...], ...]] = []
+        if limit < 1:
+            return out, None
+        seen = self._fail.get(fail_key)
+        if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+            return out, False
+        taken = usage.devices
+        free = [c for c in cands if not taken.get(c.dev.key, 0) > 0]
+        count = a.count
+        assert need == count
+        m = min(limit, len(free) // count)
+        request = a.request
+        before = ((),) * ci
+        after = ((),) * (n - ci - 1)
+        for j in range(m):
+            got = tuple(
+                Pick(c.dev, request, False, c.dev.consumes, c.capacity)
+                for c in free[j * count : (j + 1) * count]
+            )
+            usage.take_all(got)
+            out.append((got,) if n == 1 else (*before, got, *after))
+        if m < limit:
+            self._fail[fail_key] = (usage.token, usage.epoch)
+            return out, False
+        return out, None
+
     def _greedy(
         self,
-        steps: list[tuple[int, tuple[Alternative, ...]]],
+        steps: Sequence[tuple[int, tuple[Alternative, ...]]],
         candidates: list[tuple[_Candidate, ...]],
         s: _Search,
     ) -> bool:
@@ -968,16 +1111,11 @@ class Allocator:
             results = []
             for n, (alt, p) in enumerate(picks):
                 d = p.device
-                r = DeviceRequestAllocationResult(
-                    request=alt.request, driver=d.key[0], pool=d.key[1], device=d.key[2]
-                )
+                r = self._device_result(alt.request, d)
                 if alt.admin_access:
                     r.admin_access = True
                 if alt.tolerations:
                     r.tolerations = list(alt.tolerations)
-                if self.features.binding_conditions and d.device.binding_conditions:
-                    r.binding_conditions = list(d.device.binding_conditions)
-                    r.binding_failure_conditions = list(d.device.binding_failure_conditions or [])
                 if d.multi:
                     r.share_id = str(
                         uuid.uuid5(_SHARE_NAMESPACE, f"{pc.claim.key}/{alt.request}/{n}/{'/'.join(d.key)}")
@@ -1023,6 +1161,26 @@ class Allocator:
                         self._result_seen.clear()
                     self._result_seen.add(rkey)
             out.append(ClaimAllocation(pc.claim, alloc, tuple(p for _, p in picks)))
+        return tuple(out)
+
+    def _device_result(self, request: str, d: InventoryDevice) -> DeviceRequestAllocationResult:
+        """The result for a device picked for a request (admin access, tolerations and what a device
+        with multiple allocations records are added by ``_results``)."""
+        r = DeviceRequestAllocationResult(request=request, driver=d.key[0], pool=d.key[1], device=d.key[2])
+        if self.features.binding_conditions and d.device.binding_conditions:
+            r.binding_conditions = list(d.device.binding_conditions)
+            r.binding_failure_conditions = list(d.device.binding_failure_conditions or [])
+        return r
+
+    def plain_results(self, picks: Sequence[Pick]) -> tuple[DeviceRequestAllocationResult, ...]:
+        """``status.allocation.devices.results`` of a claim ``allocate_on`` allocated with these
+        picks (in order), when its requests had no admin access and no tolerations and no device
+        allows multiple allocations (as for ``greedy_fill``'s picks of such requests)."""
+        out = []
+        for p in picks:
+            if p.admin_access or p.device.multi:
+                raise ValueError(f"not a plain pick: {p.request} on {'/'.join(p.device.key)}")
+            out.append(self._device_result(p.request, p.device))
         return tuple(out)
 
     # ---- explanations ----------------------------------------------------------------------

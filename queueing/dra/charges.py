@@ -24,7 +24,7 @@ owner reference maps the same way (an owning Pod maps to that pod's workload whe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -41,6 +41,7 @@ __all__ = [
     "ClaimCharge",
     "GangCharges",
     "charge_gang",
+    "charge_own_claims",
     "claim_charges",
     "default_workload_of",
 ]
@@ -108,7 +109,13 @@ def _request_classes(claim: ResourceClaim) -> dict[str, str]:
 def _charges(
     classes: Mapping[str, str], picks: Sequence[Pick]
 ) -> tuple[dict[str, Fraction], tuple[tuple[str, str, str, str], ...]]:
-    out: dict[str, Fraction] = {}
+    """Devices per class, and per ``<class>/<capacity>`` the device's full value when it is taken
+    exclusively or the consumed capacity on a device with multiple allocations, summed over the
+    picks (resources in the order they first appear). Sums are exact: devices counted, amounts
+    summed as numerators per denominator, they are what adding pick by pick gives."""
+    order: dict[str, None] = {}  # resources as they first appear
+    counts: dict[str, int] = {}  # class -> devices
+    amounts: dict[str, dict[int, int]] = {}  # "<class>/<capacity>" -> denominator -> numerators
     devices: list[tuple[str, str, str, str]] = []
     for p in picks:
         if p.admin_access:
@@ -116,19 +123,39 @@ def _charges(
         cls = classes.get(p.request) or classes.get(p.request.split("/", 1)[0], "")
         dev = p.device
         devices.append((cls, dev.key[0], dev.key[1], dev.key[2]))
-        n = out.get(cls)
-        out[cls] = _ONE if n is None else n + 1
+        n = counts.get(cls)
+        if n is None:
+            order[cls] = None
+            counts[cls] = 1
+        else:
+            counts[cls] = n + 1
         if p.capacity:  # consumable capacity on a shared device
-            for fq, amount in p.capacity:
-                published = dev.capacity[fq][0] if fq in dev.capacity else fq.rsplit("/", 1)[-1]
-                k = f"{cls}/{published}"
-                have = out.get(k)
-                out[k] = amount if have is None else have + amount
+            added = [
+                (dev.capacity[fq][0] if fq in dev.capacity else fq.rsplit("/", 1)[-1], amount)
+                for fq, amount in p.capacity
+            ]
         elif not dev.multi:
-            for published, cap in dev.capacity.values():
-                k = f"{cls}/{published}"
-                have = out.get(k)
-                out[k] = cap.value.value if have is None else have + cap.value.value
+            added = [(published, cap.value.value) for published, cap in dev.capacity.values()]
+        else:
+            continue
+        for published, v in added:
+            k = f"{cls}/{published}"
+            by_den = amounts.get(k)
+            if by_den is None:
+                order[k] = None
+                amounts[k] = {v.denominator: v.numerator}
+            else:
+                d = v.denominator
+                by_den[d] = by_den.get(d, 0) + v.numerator
+    out: dict[str, Fraction] = {}
+    for k in order:
+        n = counts.get(k)
+        parts = amounts.get(k)
+        if parts is None:
+            out[k] = Fraction(n or 0)
+            continue
+        total = sum((Fraction(num, den) for den, num in parts.items()), Fraction(0))
+        out[k] = total if n is None else n + total  # (a class named like a capacity)
     return out, tuple(devices)
 
 
@@ -243,3 +270,28 @@ def charge_gang(
                 charged = next(iter(users)) if len(users) == 1 else None
             add(ClaimCharge(key, "shared", charges, devices, tuple(sorted(users)), owner, charged, new))
     return GangCharges({w: dict(sorted(t.items())) for w, t in sorted(totals.items())}, tuple(out))
+
+
+def charge_own_claims(
+    claims: Iterable[tuple[ResourceClaim, Sequence[Pick]]],
+) -> tuple[dict[str, Fraction], dict[tuple[str, str, str], str]]:
+    """What ``charge_gang`` charges a workload for its pods' own claims (from templates) placed with
+    these picks, when its pods use no other claims: the workload's sums by resource (sorted, as
+    ``GangCharges.for_workload``), and per device the DeviceClass it was allocated through (as
+    listed in ``ClaimCharge.devices``, in that order). A claim given stands for the claims of that
+    spec (only its request classes matter) of one or more pods, with all their picks in order:
+    the sums are exact, so they do not depend on how the picks are grouped."""
+    spec_classes: dict[int, tuple[object, dict[str, str]]] = {}
+    total: dict[str, Fraction] = {}
+    devices: dict[tuple[str, str, str], str] = {}
+    for claim, picks in claims:
+        hit = spec_classes.get(id(claim.spec))
+        if hit is None or hit[0] is not claim.spec:
+            hit = spec_classes[id(claim.spec)] = (claim.spec, _request_classes(claim))
+        charges, devs = _charges(hit[1], picks)
+        for k, v in charges.items():
+            have = total.get(k)
+            total[k] = v if have is None else have + v
+        for d in devs:
+            devices[(d[1], d[2], d[3])] = d[0]
+    return dict(sorted(total.items())), devices

@@ -15,6 +15,10 @@ hitting the bound is reported, not hidden.
 
 The result is tentative: ``GangResult.transaction`` holds the changes to the ``ClusterState`` until
 ``commit()`` (the claims' allocations become in-use) or ``discard()`` (everything is given back).
+
+``place_simple(groups, state)`` answers where ``place_gang`` places a gang of simple pods (claims from
+templates with plain ExactCount requests), without building per-pod objects and leaving the state as
+it was, or says it cannot tell (then ``place_gang`` decides).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTempl
 from queueing.dra.allocator import (
     DEFAULT_MAX_STEPS,
     Allocator,
+    Alternative,
     ClaimAllocation,
     PreparedClaim,
     SelectorCache,
@@ -52,8 +57,11 @@ __all__ = [
     "GangResult",
     "NodeMiss",
     "PodPlacement",
+    "SimpleGang",
+    "SimplePodSet",
     "Transaction",
     "place_gang",
+    "place_simple",
 ]
 
 DEFAULT_MAX_NODE_CHECKS = 50_000
@@ -192,6 +200,7 @@ class ClusterState:
         self.features = features or Features()
         self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.node_names: list[str] = [n.name for n in self.nodes]
         self.inventory = Inventory(slices, partitionable_devices=self.features.partitionable_devices)
         classes = dict(classes) if isinstance(classes, Mapping) else list(classes)
         self.allocator = Allocator(
@@ -370,6 +379,33 @@ def _same(a: Sequence[object], b: Sequence[object]) -> bool:
 
 class _BoundHit(Exception):
     pass
+
+
+def _static_miss(
+    state: ClusterState, spec: PodSpec, static_ok: dict[int, NodeMiss | None], i: int
+) -> NodeMiss | None:
+    """Why a pod of this spec cannot go to node i whatever is taken there (None: it may),
+    remembered in ``static_ok`` (per spec: ``_PodPlan.static_ok``)."""
+    if i in static_ok:
+        return static_ok[i]
+    node = state.nodes[i]
+    miss: NodeMiss | None = None
+    if spec.node_name and spec.node_name != node.name:
+        miss = NodeMiss(node.name, "node-name", f"the pod is bound to node {spec.node_name}")
+    elif node.spec.unschedulable:
+        miss = NodeMiss(node.name, "unschedulable", "the node is unschedulable")
+    elif not spec.fits_node_labels(node.labels, node.name):
+        miss = NodeMiss(node.name, "node-selector", "the pod's nodeSelector/affinity does not match the node")
+    elif node.spec.taints and not spec.tolerates(node.spec.taints):
+        bad = [
+            t.key
+            for t in node.spec.taints
+            if t.effect in ("NoSchedule", "NoExecute")
+            and not any(x.tolerates(t) for x in spec.tolerations or [])
+        ]
+        miss = NodeMiss(node.name, "taints", f"untolerated node taints: {', '.join(bad)}")
+    static_ok[i] = miss
+    return miss
 
 
 class _Gang:
@@ -603,29 +639,7 @@ class _Gang:
 
     # ---- checks ---------------------------------------------------------------------------
     def _static_miss(self, plan: _PodPlan, i: int) -> NodeMiss | None:
-        if i in plan.static_ok:
-            return plan.static_ok[i]
-        node = self.state.nodes[i]
-        spec = plan.pod.spec
-        miss: NodeMiss | None = None
-        if spec.node_name and spec.node_name != node.name:
-            miss = NodeMiss(node.name, "node-name", f"the pod is bound to node {spec.node_name}")
-        elif node.spec.unschedulable:
-            miss = NodeMiss(node.name, "unschedulable", "the node is unschedulable")
-        elif not spec.fits_node_labels(node.labels, node.name):
-            miss = NodeMiss(
-                node.name, "node-selector", "the pod's nodeSelector/affinity does not match the node"
-            )
-        elif node.spec.taints and not spec.tolerates(node.spec.taints):
-            bad = [
-                t.key
-                for t in node.spec.taints
-                if t.effect in ("NoSchedule", "NoExecute")
-                and not any(x.tolerates(t) for x in spec.tolerations or [])
-            ]
-            miss = NodeMiss(node.name, "taints", f"untolerated node taints: {', '.join(bad)}")
-        plan.static_ok[i] = miss
-        return miss
+        return _static_miss(self.state, plan.pod.spec, plan.static_ok, i)
 
     def _dynamic_miss(self, plan: _PodPlan, i: int) -> NodeMiss | None:
         node = self.state.nodes[i]
@@ -866,3 +880,233 @@ def place_gang(
         raise
     txn.discard()
     return GangResult(False, (), explanation, None, checks)
+
+
+# ------------------------------------------------------------------ gangs of simple pods
+@dataclass(frozen=True, slots=True)
+class SimplePodSet:
+    """What ``place_simple`` derived from one (spec, namespace) group of a gang."""
+
+    # the pods' claims (all from templates), in spec order: name in the pod spec, and a claim
+    # from the template (named for some pod; the same spec as every pod's claim of that name)
+    claims: tuple[tuple[str, ResourceClaim], ...]
+    resources: tuple[tuple[str, Fraction], ...]  # each pod's ``PodPlacement.node_resources``
+
+
+@dataclass(frozen=True, slots=True)
+class SimpleGang:
+    """Where ``place_gang`` places a gang of simple pods (see ``place_simple``), without its
+    per-pod objects: pods in order (groups in order, then index in the group)."""
+
+    pod_sets: tuple[SimplePodSet, ...]  # per group
+    nodes: tuple[int, ...]  # per pod: index in ``ClusterState.nodes``
+    picks: tuple[tuple[tuple[Pick, ...], ...], ...]  # per pod: per claim (spec order) its picks
+    node_checks: int
+
+
+_NO_BOUND = 1 << 62
+
+
+def _room(
+    state: ClusterState,
+    i: int,
+    requests: Sequence[tuple[str, Fraction]],
+    extra: Mapping[str, Fraction] | None,
+) -> int:
+    """How many pods with these (positive) requests ``_Gang._dynamic_miss`` lets onto node i one
+    after the other, with ``extra`` taken there besides ``ClusterState.used`` (no shared claims,
+    no extended resources served through DRA): pod m+1 fits when m+1 pods' requests fit in what is
+    free, resource by resource, so the number is the least ``free // request``."""
+    cap = state.allocatable[i]
+    used = state.used[i]
+    room = _NO_BOUND
+    for r, need in requests:
+        if "/" not in r:
+            if cap is None or r not in cap:
+                continue
+            have = cap[r]
+        else:
+            have = (cap or {}).get(r, _ZERO)
+        free = have - used.get(r, _ZERO)
+        if extra:
+            free -= extra.get(r, _ZERO)
+        room = min(room, free // need)
+    return room
+
+
+def place_simple(
+    groups: Sequence[tuple[PodSpec, str, int]],
+    state: ClusterState,
+    *,
+    max_node_checks: int = DEFAULT_MAX_NODE_CHECKS,
+) -> SimpleGang | None:
+    """``place_gang`` for a gang of ``count`` pods per (spec, namespace, count) group, groups in
+    order (pods that differ only in their names), when every pod is *simple*: where it places
+    each pod and the picks of each pod's claims, with none of the per-pod objects, or None when
+    this cannot tell (then ``place_gang`` decides, and explains a failure). The state is left as
+    it was.
+
+    Simple: ``_Gang._plan`` prepared the spec before (``ClusterState._spec_static`` for this spec
+    object and namespace) with the templates it names now; every claim is from a template, has
+    no constraints, and each of its requests has one ExactCount alternative without admin access
+    or tolerations; no extended resource is served through DRA; every request of node allocatable
+    is positive; the count is positive.
+
+    Why this is ``place_gang``'s placement: ``_Gang.search`` is depth first; its first descent puts
+    each pod on the first node ``_try`` accepts, from where the search starts for it (the previous
+    pod's node when the pods are alike, else the first node), skipping nodes as it does; when that
+    descent places every pod, the search returns it. This follows that descent only, each step as
+    the search and ``_try`` take it: the same node skips and node-check count (None where the
+    count passes the bound), ``_static_miss``, ``_dynamic_miss`` (as ``_room``), and for the claims
+    ``Allocator.greedy_fill``, which is ``allocate_on`` (pod after pod on one node) wherever it
+    decides; the picks are taken in the state's usage as ``_try`` takes them, for the pods after.
+    It gives up (None) where the descent would backtrack (a pod fits nowhere), where
+    ``allocate_on`` would need its backtracking search, and at the bound. At the end every pick is
+    given back as ``Transaction.discard`` does.
+    """
+    if state._open is not None and state._open.status == "tentative":
+        return None  # ``place_gang`` raises
+    alloc = state.allocator
+    prepared: list[
+        tuple[_SpecStatic, int, list[tuple[int, tuple[Alternative, ...]]], list[PreparedClaim]]
+    ] = []
+    for spec, ns, n in groups:
+        ss = state._spec_static.get((id(spec), ns))
+        if n < 1 or ss is None or ss.spec is not spec or ss.extended:
+            return None
+        if any(v <= 0 for _, v in ss.requests):
+            return None
+        templates: list[ResourceClaimTemplate] = []
+        for prc in spec.resource_claims or []:
+            if prc.resource_claim_name or not prc.resource_claim_template_name:
+                return None
+            t = state.templates.get(f"{ns}/{prc.resource_claim_template_name}")
+            if t is None:
+                return None
+            templates.append(t)
+        if not _same(ss.templates, templates):
+            return None
+        steps: list[tuple[int, tuple[Alternative, ...]]] = []
+        claims = [pc for _, pc in ss.protos]
+        for ci, pc in enumerate(claims):
+            if pc.constraints:
+                return None
+            for alts in pc.requests:
+                if len(alts) != 1 or alts[0].all_mode or alts[0].admin_access or alts[0].tolerations:
+                    return None
+                steps.append((ci, alts))
+        prepared.append((ss, n, steps, claims))
+
+    nodes = state.nodes
+    names = state.node_names
+    end = len(nodes)
+    usage = state.usage
+    node_taken = usage.node_taken
+    simple = state.simple_devices
+    free_on = state.inventory.free_on
+    shift = usage.block_shift
+    mask = (1 << shift) - 1
+    checks = 0
+    out_nodes: list[int] = []
+    out_picks: list[tuple[tuple[Pick, ...], ...]] = []
+    taken: list[tuple[tuple[Pick, ...], ...]] = []  # per pod placed: its picks per claim (as taken)
+    extra: dict[int, dict[str, Fraction]] = {}  # node allocatable taken by earlier groups
+    # (node, requests) per group and node it placed pods on
+    placed_on: list[tuple[int, tuple[tuple[str, Fraction], ...]]] = []
+    prev: _SpecStatic | None = None
+    floor = 0
+    try:
+        for ss, n, steps, claims in prepared:
+            need = ss.need
+            blocks = usage.block_free if need and usage.node_block is not None else None
+            room: dict[int, int] = {}
+            here: dict[int, int] = {}
+            alike = prev is not None and prev.shape == ss.shape
+            dead: set[int] = set()  # nodes where the next pod's claims are known not to fit
+            k = 0
+            while k < n:
+                start = floor if k > 0 or alike else 0
+                i = start
+                while True:
+                    if i >= end:
+                        return None  # the search would backtrack
+                    if blocks is not None and (i == start or not i & mask) and blocks[i >> shift] < need:
+                        j = min(((i >> shift) + 1) << shift, end)
+                        checks += j - i
+                        if checks > max_node_checks:
+                            return None
+                        i = j
+                        continue
+                    if need:
+                        total = simple[i]
+                        free = (
+                            total - node_taken.get(names[i], 0)
+                            if total is not None
+                            else free_on(nodes[i], usage)
+                        )
+                        if free is not None and free < need:
+                            checks += 1
+                            if checks > max_node_checks:
+                                return None
+                            i += 1
+                            continue
+                    checks += 1
+                    if checks > max_node_checks:
+                        return None
+                    if _static_miss(state, ss.spec, ss.static_ok, i) is not None:
+                        i += 1
+                        continue
+                    r = room.get(i)
+                    if r is None:
+                        r = room[i] = _room(state, i, ss.requests, extra.get(i))
+                    if r <= 0 or i in dead:
+                        i += 1
+                        continue
+                    limit = min(r, n - k)
+                    if steps:
+                        # the next pods, as long as they fit here: each starts here (it is alike
+                        # the one before) and fits, so its search tries this node, one check
+                        got, after = alloc.greedy_fill(claims, steps, nodes[i], usage, limit)
+                        taken.extend(got)
+                        if after is True:
+                            return None  # ``allocate_on`` would search (for this pod or a later one)
+                        if after is False:
+                            dead.add(i)
+                        if not got:
+                            i += 1
+                            continue
+                        m = len(got)
+                        out_picks.extend(got)
+                    else:
+                        m = limit
+                        out_picks.extend(() for _ in range(m))
+                    checks += m - 1
+                    if checks > max_node_checks:
+                        return None
+                    room[i] = r - m
+                    here[i] = here.get(i, 0) + m
+                    out_nodes.extend(i for _ in range(m))
+                    k += m
+                    break
+                floor = i
+            for i, cnt in here.items():
+                acc = extra.setdefault(i, {})
+                for rname, v in ss.requests:
+                    have = acc.get(rname)
+                    acc[rname] = v * cnt if have is None else have + v * cnt
+                placed_on.append((i, ss.requests))
+            prev = ss
+        pod_sets = tuple(
+            SimplePodSet(tuple((name, pc.claim) for name, pc in ss.protos), ss.resources)
+            for ss, _, _, _ in prepared
+        )
+        return SimpleGang(pod_sets, tuple(out_nodes), tuple(out_picks), checks)
+    finally:
+        # as ``Transaction.discard``: pod by pod from the last
+        usage.give_back_all(p for per_claim in reversed(taken) for picks in per_claim for p in picks)
+        # what ``Transaction._apply`` and ``_undo_last`` leave: a zero for a resource new to the node
+        for i, requests in placed_on:
+            used = state.used[i]
+            for rname, v in requests:
+                if rname not in used:
+                    used[rname] = _ZERO + v - v

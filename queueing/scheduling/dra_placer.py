@@ -15,6 +15,12 @@ as it is with everything admitted or planned so far. :class:`DraPlacer` answers 
   -> summed capacity; a claim shared with another workload is charged to none and listed in
   :attr:`DraPlan.unowned`) and as ``detail`` a :class:`DraPlan` (per pod: node, devices per claim,
   node resources, extended-resource mappings).
+* Gangs of simple pods (claims from templates with plain ExactCount requests, no shared claims, no
+  extended resources served through DRA) whose pod specs were placed before go through
+  :func:`queueing.dra.gang.place_simple` and :func:`queueing.dra.charges.charge_own_claims`
+  instead: the same placement, plan and charges, without the gang's pods, claims and per-claim
+  charges; when it cannot tell (the search would backtrack, a failure to explain, ...) the general
+  path above decides.
 * On failure the :class:`~queueing.scheduling.placer.PlacementFailure` message is the gang
   allocator's explanation: which pod (and claim/request) could not be placed, its best node and how
   short it is. Input errors that abort allocation (unknown template, CEL error, ...) are failures
@@ -63,11 +69,11 @@ from queueing.api.resource import (
     ResourceSlice,
 )
 from queueing.dra.allocator import ClaimAllocation, SelectorCache
-from queueing.dra.charges import charge_gang
+from queueing.dra.charges import charge_gang, charge_own_claims
 from queueing.dra.errors import AllocationError
 from queueing.dra.extended import ExtendedRequestMapping, is_extended_resource_claim, pod_extended_requests
 from queueing.dra.features import Features
-from queueing.dra.gang import ClusterState, place_gang
+from queueing.dra.gang import DEFAULT_MAX_NODE_CHECKS, ClusterState, place_gang, place_simple
 from queueing.dra.gang import _pod_requests as pod_requests  # one definition of a pod's requests
 from queueing.dra.inventory import Pick
 from queueing.scheduling.placer import Placement, PlacementFailure
@@ -455,6 +461,8 @@ class DraPlacer:
         self._free: _FreeCounts | None = None  # built on first use, then kept in step
         self._plan_info: dict[int, _PlanInfo] = {}  # id(plan) -> see ``_info``
         self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str]] = {}
+        # (claim name, (request, device) picked) -> plan of a pod's claim (see ``_planned``)
+        self._planned_cache: dict[tuple[str, tuple[tuple[str, tuple[str, str, str]], ...]], PlannedClaim] = {}
         self._unit_cache: (
             tuple[
                 dict[tuple[str, str, str], list[tuple[tuple[str, str, str, str], Fraction]]],
@@ -503,15 +511,22 @@ class DraPlacer:
         if not isinstance(req, DraRequest):
             return Placement(nodes=(), device_charges={}, detail=DraPlan(()))
         try:
-            pods, slots = self._pods(workload, req, counts, flavors)
+            groups = self._groups(workload, req, counts, flavors)
         except AllocationError as e:
             return PlacementFailure(str(e))
-        if not pods:
+        if not groups:
             return Placement(nodes=(), device_charges={}, detail=DraPlan(()))
         self.sync(state)
         quick = self._quick_miss(workload, req, counts)
         if quick is not None:
             return PlacementFailure(quick)
+        simple = self._place_simple(workload, groups)
+        if simple is not None:
+            return simple
+        try:
+            pods, slots = self._pods(workload, req, counts, flavors)
+        except AllocationError as e:
+            return PlacementFailure(str(e))
         try:
             kw = {} if self.max_node_checks is None else {"max_node_checks": self.max_node_checks}
             result = place_gang(pods, self.cluster, **kw)
@@ -570,6 +585,129 @@ class DraPlacer:
         finally:
             txn.discard()
         return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
+
+    def _groups(
+        self,
+        workload: WorkloadInfo,
+        req: DraRequest,
+        counts: Mapping[str, int],
+        flavors: Mapping[str, Sequence[FlavorSpec]],
+    ) -> list[tuple[str, int, PodSpec]]:
+        """The pod sets ``_pods`` makes pods of (pod set, pods, their spec), in order."""
+        out: list[tuple[str, int, PodSpec]] = []
+        for ps in workload.pod_sets:
+            dps = req.pod_set(ps.name)
+            if dps is None:
+                continue
+            n = counts.get(ps.name, ps.count)
+            spec = self._spec(req, dps, flavors.get(ps.name, ()))
+            if n > 0:
+                out.append((ps.name, n, spec))
+        return out
+
+    def _place_simple(
+        self, workload: WorkloadInfo, groups: Sequence[tuple[str, int, PodSpec]]
+    ) -> Placement | None:
+        """``place`` through :func:`queueing.dra.gang.place_simple` (the same placement and plan,
+        built without the gang's pods, claims and charges per claim), or None when it cannot tell."""
+        cs = self.cluster
+        ns = workload.namespace or "default"
+        got = place_simple(
+            [(spec, ns, n) for _, n, spec in groups],
+            cs,
+            max_node_checks=DEFAULT_MAX_NODE_CHECKS if self.max_node_checks is None else self.max_node_checks,
+        )
+        if got is None:
+            return None
+        plans: list[PodPlan] = []
+        owned: list[tuple[ResourceClaim, Sequence[Pick]]] = []
+        names = cs.node_names
+        wname = workload.name
+        planned_of = self._planned
+        # for the plan's ``_PlanInfo`` (what ``_info`` computes): pods per node and pod set, the
+        # pods' picks in order and the counted ones per node
+        per: dict[int, list[int]] = {}
+        all_picks: list[Pick] = []
+        taken: dict[str, int] = {}
+        k = 0
+        ng = len(groups)
+        for g, ((ps_name, n, _), sps) in enumerate(zip(groups, got.pod_sets, strict=True)):
+            one = len(sps.claims) == 1
+            first = sps.claims[0][0] if one else ""
+            start = len(all_picks)
+            for i in range(n):
+                per_claim = got.picks[k]
+                node_i = got.nodes[k]
+                if one:
+                    own = per_claim[0]
+                    planned: tuple[PlannedClaim, ...] = (planned_of(first, own),)
+                else:
+                    own = tuple(p for c in per_claim for p in c)
+                    planned = tuple(
+                        planned_of(name, picks)
+                        for (name, _), picks in zip(sps.claims, per_claim, strict=True)
+                    )
+                    owned.extend(
+                        (claim, picks) for (_, claim), picks in zip(sps.claims, per_claim, strict=True)
+                    )
+                all_picks.extend(own)
+                plans.append(
+                    PodPlan(
+                        ps_name,
+                        i,
+                        pod_name(wname, ps_name, i),
+                        names[node_i],
+                        own,
+                        node_resources=sps.resources,
+                        claims=planned,
+                    )
+                )
+                row = per.get(node_i)
+                if row is None:
+                    row = per[node_i] = [0] * ng
+                row[g] += 1
+                k += 1
+            if one:
+                owned.append((sps.claims[0][1], all_picks[start:]))
+        charges, classes = charge_own_claims(owned)
+        plan = DraPlan(tuple(plans), (), classes)
+        dev = {r: Fraction(v) for r, v in charges.items() if v}
+        # a pod set's requests times its pods on a node: the sum ``_info`` adds up pod by pod
+        totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]] = []
+        for i, by_group in per.items():
+            acc: dict[str, Fraction] = {}
+            for cnt, sps in zip(by_group, got.pod_sets, strict=True):
+                if cnt:
+                    for r, v in sps.resources:
+                        have = acc.get(r)
+                        acc[r] = v * cnt if have is None else have + v * cnt
+            totals.append((cs.used[i], [(r, v) for r, v in acc.items() if v]))
+        for p in all_picks:
+            if _counted(p):
+                name = p.device.node_name
+                assert name is not None
+                taken[name] = taken.get(name, 0) + 1
+        self._keep_info(_PlanInfo(plan, totals, tuple(all_picks), tuple(taken.items()), False))
+        return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
+
+    def _planned(self, name: str, picks: tuple[Pick, ...]) -> PlannedClaim:
+        """The plan of a pod's claim from a template allocated with these picks (a value: shared)."""
+        if len(picks) == 1:
+            p = picks[0]
+            key: tuple[str, tuple[tuple[str, tuple[str, str, str]], ...]] = (
+                name,
+                ((p.request, p.device.key),),
+            )
+        else:
+            key = (name, tuple((p.request, p.device.key) for p in picks))
+        hit = self._planned_cache.get(key)
+        if hit is None:
+            if len(self._planned_cache) >= 65_536:
+                self._planned_cache.clear()
+            hit = self._planned_cache[key] = PlannedClaim(
+                name, None, self.cluster.allocator.plain_results(picks), False
+            )
+        return hit
 
     # ---- queries ---------------------------------------------------------------------------
     def free_devices(self, state: DraState) -> int:
@@ -868,10 +1006,12 @@ class DraPlacer:
                 assert d.node_name is not None
                 taken[d.node_name] = taken.get(d.node_name, 0) + 1
         shared = any(pp.shared or pp.shared_new for pp in plan.pods)
-        info = _PlanInfo(plan, totals, picks, tuple(taken.items()), shared)
+        return self._keep_info(_PlanInfo(plan, totals, picks, tuple(taken.items()), shared))
+
+    def _keep_info(self, info: _PlanInfo) -> _PlanInfo:
         if len(self._plan_info) > 50_000:
             self._plan_info.clear()
-        self._plan_info[id(plan)] = info
+        self._plan_info[id(info.plan)] = info
         return info
 
     def _apply(self, plan: DraPlan) -> None:
@@ -881,9 +1021,7 @@ class DraPlacer:
             for r, v in res:
                 used[r] = used.get(r, _ZERO) + v
         if not info.shared:
-            take = cs.usage.take
-            for p in info.picks:
-                take(p)
+            cs.usage.take_all(info.picks)
             self._count_nodes(info.taken, 1)
             return
         for pp in plan.pods:
@@ -910,9 +1048,7 @@ class DraPlacer:
             for r, v in res:
                 used[r] = used.get(r, _ZERO) - v
         if not info.shared:
-            give_back = cs.usage.give_back
-            for p in info.picks:
-                give_back(p)
+            cs.usage.give_back_all(info.picks)
             self._count_nodes(info.taken, -1)
             return
         for pp in plan.pods:
