@@ -251,10 +251,6 @@ def _resources(wl: WorkloadInfo) -> set[str]:
     return out
 
 
-def _overlaps(a: AdmittedWorkload, names: set[str]) -> bool:
-    return any(r in names and v for (_, r), v in a.usage.items()) or not a.usage
-
-
 def _borrowing_after(tree: QuotaTree, removed: Sequence[AdmittedWorkload], cq: str) -> bool:
     """Whether ``cq`` still uses more than its nominal quota once ``removed`` are gone."""
     node = tree.node(cq_id(cq))
@@ -301,6 +297,8 @@ class PlanMemo:
         self._by_obj: dict[int, tuple[AdmittedWorkload, int]] = {}
         self._prints: dict[_Fingerprint, int] = {}
         self._states: dict[tuple[str, tuple[object, ...], tuple[int, ...]], int] = {}
+        # per state id: ClusterQueue -> (borrowing, share key) with the tree's usage as it is
+        self._shares: dict[int, dict[str, tuple[bool, ShareKey]]] = {}
 
     def bind(self, *fixed: object) -> None:
         """Forget everything unless ``fixed`` are the same (or equal) values as at the last call."""
@@ -308,6 +306,7 @@ class PlanMemo:
             a is not b and a != b for a, b in zip(fixed, self._bound, strict=True)
         ):
             self.failed.clear()
+            self._shares.clear()
             self._by_obj.clear()
             self._prints.clear()
             self._states.clear()
@@ -355,6 +354,15 @@ class PlanMemo:
         pool = tuple(self._print(a) for a in admitted)
         sid = self._id(self._states, (root, tuple(usage), pool))
         return CohortState(sid, frozenset(a.key for a in admitted))
+
+    def shares(self, state: CohortState) -> dict[str, tuple[bool, ShareKey]]:
+        """The ClusterQueues' shares in the cohort tree in ``state`` (filled by the plans)."""
+        got = self._shares.get(state.id)
+        if got is None:
+            if len(self._shares) >= self.limit:
+                self._shares.clear()
+            got = self._shares[state.id] = {}
+        return got
 
     def key(
         self,
@@ -410,7 +418,10 @@ def plan_preemption(
         key = memo.key(cohort, wl, cq, counts, combos)
         if key in memo.failed:
             return None
-    plan, ctx = _plan_preemption(wl, cq, counts, combos, tree, state, admitted, assigner, placer, config)
+    shared = memo.shares(cohort) if memo is not None and cohort is not None else None
+    plan, ctx = _plan_preemption(
+        wl, cq, counts, combos, tree, state, admitted, assigner, placer, config, shared
+    )
     if plan is None and memo is not None and key is not None and (ctx is None or not ctx.placed):
         memo.remember(key)
     return plan
@@ -427,7 +438,9 @@ def _plan_preemption(
     assigner: Assigner,
     placer: Placer[Any],
     config: SchedulingConfig,
+    shared: dict[str, tuple[bool, ShareKey]] | None = None,
 ) -> tuple[PreemptionPlan | None, _Ctx | None]:
+    """``shared``: the ClusterQueues' shares with the tree's usage as it is (``PlanMemo.shares``)."""
     pol = cq.preemption
     if (
         pol.within_cluster_queue == "Never"
@@ -451,8 +464,14 @@ def _plan_preemption(
         ok = in_tree.get(q)
         if ok is None:
             ok = in_tree[q] = tree.has_cq(q) and tree.root_of(q) == root
-        if not ok or a.key == wl.key or not _overlaps(a, names):
+        if not ok or a.key == wl.key:
             continue
+        if a.usage:  # only candidates that use a resource the preemptor requests (or nothing)
+            for (_, r), v in a.usage.items():
+                if v and r in names:
+                    break
+            else:
+                continue
         if a.evicting:
             evicting.append(a)
             continue
@@ -493,7 +512,7 @@ def _plan_preemption(
     attempts: list[tuple[list[AdmittedWorkload], bool, Reason]] = []
     if fair and (reclaim or borrow_pool):
         fair_others = set_union(reclaim, borrow_pool)  # put in order once pruned (_fair_search)
-        shares = _Shares(ctx, evicting, own, fair_others)
+        shares = _Shares(ctx, evicting, own, fair_others, shared)
         for strategy in config.fair_sharing.preemption_strategies:
             victims = _fair_search(ctx, shares, evicting, own, fair_others, strategy)
             if victims is not None:
@@ -606,9 +625,13 @@ class _Shares:
         base: Sequence[AdmittedWorkload],
         own: Sequence[AdmittedWorkload],
         others: Sequence[AdmittedWorkload],
+        shared: dict[str, tuple[bool, ShareKey]] | None = None,
     ):
-        """``own``: the own candidates in candidate order; ``others``: the other candidates."""
+        """``own``: the own candidates in candidate order; ``others``: the other candidates;
+        ``shared``: shares with the tree's usage as it is, to use and fill (``PlanMemo.shares``)."""
         self.ctx = ctx
+        # with nothing taken out, a share is the share of the tree as it is
+        self._shared = shared if not base else None
         self.base = base
         self.own = own
         self.others = others
@@ -645,7 +668,14 @@ class _Shares:
         candidates gone."""
         got = self._shares.get((name, k))
         if got is None:
-            got = self._shares[(name, k)] = share_units(self.ctx.tree, cq_id(name), self.usage(name, k))
+            shared = self._shared if k == 0 else None
+            if shared is not None:
+                got = shared.get(name)
+            if got is None:
+                got = share_units(self.ctx.tree, cq_id(name), self.usage(name, k))
+                if shared is not None:
+                    shared[name] = got
+            self._shares[(name, k)] = got
         return got
 
     def without_one(self, a: AdmittedWorkload) -> ShareKey:

@@ -21,9 +21,10 @@ from queueing.scheduling.assign import Assigner, Combo
 from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.config import FairSharingConfig
 from queueing.scheduling.cycle import CycleMemo
+from queueing.scheduling.fairshare import share_units
 from queueing.scheduling.placer import Placer
 from queueing.scheduling.preemption import CohortState, PlanMemo, PreemptionPlan, plan_preemption
-from queueing.scheduling.quota import QuotaTree
+from queueing.scheduling.quota import QuotaTree, cq_id
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, WorkloadInfo
 
 F = Fraction
@@ -64,6 +65,9 @@ class _Checked:
         got = plan_preemption(*args, memo=memo, cohort=cohort)
         assert {nid: dict(n.usage) for nid, n in tree.nodes.items()} == usage
         assert got == plan_preemption(*args)
+        # the shares kept for the state are the shares of the tree as it is
+        for name, share in memo.shares(cohort).items():
+            assert share == share_units(tree, cq_id(name))
         return got
 
 
