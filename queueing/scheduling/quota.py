@@ -21,6 +21,7 @@ disabled (``disabled`` maps their names to the reason).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -94,29 +95,45 @@ class QuotaFit:
 
     mode: FitMode
     borrows: bool  # fits only by borrowing from the cohort
-    # for anything but Fit: (flavor, resource, requested, available-or-maximum) of the first miss
-    short: tuple[str, str, Fraction, Fraction] | None = None
+    # for anything but Fit: (flavor, resource, requested, available-or-maximum) of the first miss,
+    # amounts in units (``short`` gives them as amounts)
+    miss: tuple[str, str, int, int] | None = None
+
+    @property
+    def short(self) -> tuple[str, str, Fraction, Fraction] | None:
+        """For anything but Fit: (flavor, resource, requested, available-or-maximum) of the first miss."""
+        if self.miss is None:
+            return None
+        flavor, res, req, have = self.miss
+        return flavor, res, from_units(req), from_units(have)
 
     def message(self) -> str:
-        if self.short is None:
+        if self.miss is None:
             return ""
-        flavor, res, req, have = self.short
-        if self.mode == "NoFit":
-            return (
-                f"insufficient quota for {res} in flavor {flavor}, request > maximum capacity "
-                f"({_fmt(req)} > {_fmt(have)})"
-            )
-        return f"insufficient unused quota for {res} in flavor {flavor}, {_fmt(req - have)} more needed"
+        return _message(self.mode == "NoFit", *self.miss)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _message(nofit: bool, flavor: str, res: str, req: int, have: int) -> str:
+    """:meth:`QuotaFit.message` (amounts in units); cached: the same misses come back every cycle."""
+    if nofit:
+        return (
+            f"insufficient quota for {res} in flavor {flavor}, request > maximum capacity "
+            f"({_fmt_units(req)} > {_fmt_units(have)})"
+        )
+    return f"insufficient unused quota for {res} in flavor {flavor}, {_fmt_units(req - have)} more needed"
 
 
 _FITS = QuotaFit("Fit", False)
 _FITS_BORROWING = QuotaFit("Fit", True)
 
 
-def _fmt(v: Fraction) -> str:
-    if v.denominator == 1:
-        return str(v.numerator)
-    return format(float(v), "g")
+def _fmt_units(n: int) -> str:
+    """An amount in units as text: the whole number, else the float ``%g`` (``n / SCALE`` is the
+    correctly rounded float of the exact amount, as ``float(Fraction)`` is)."""
+    if n % SCALE == 0:
+        return str(n // SCALE)
+    return format(n / SCALE, "g")
 
 
 def cohort_cycles(specs: Mapping[str, CohortSpec]) -> dict[str, str]:
@@ -327,7 +344,7 @@ class QuotaTree:
         n = self.nodes[cq_id(cq)]
         mode: FitMode = "Fit"
         borrows = False
-        short: tuple[str, str, Fraction, Fraction] | None = None
+        miss: tuple[str, str, int, int] | None = None
         for fr, val in request:
             if val <= 0:
                 continue
@@ -339,15 +356,15 @@ class QuotaTree:
             pot = self._potential(n, fr)
             if val <= pot:
                 if mode == "Fit":
-                    mode, short = "Preempt", (fr[0], fr[1], from_units(val), from_units(max(avail, 0)))
+                    mode, miss = "Preempt", (fr[0], fr[1], val, max(avail, 0))
                 if val > n.subtree.get(fr, 0):
                     borrows = True
             else:
-                mode, short = "NoFit", (fr[0], fr[1], from_units(val), from_units(pot))
+                mode, miss = "NoFit", (fr[0], fr[1], val, pot)
                 break
-        if short is None:  # fits: one of two values (frozen, so shared)
+        if miss is None:  # fits: one of two values (frozen, so shared)
             return _FITS_BORROWING if borrows else _FITS
-        return QuotaFit(mode, borrows, short)
+        return QuotaFit(mode, borrows, miss)
 
     # ---- updates -------------------------------------------------------------------------------
     def add_usage(self, cq: str, usage: Mapping[FlavorResource, Fraction]) -> None:

@@ -17,7 +17,7 @@ from queueing.scheduling.fairshare import (
     share_key,
     share_units,
 )
-from queueing.scheduling.quota import QuotaTree, cq_id, to_units
+from queueing.scheduling.quota import QuotaFit, QuotaTree, cq_id, from_units, to_units
 from queueing.scheduling.snapshot import FlavorQuotas, ResourceGroup, ResourceQuota
 
 F = Fraction
@@ -119,3 +119,21 @@ def test_quota_fit_is_monotone_in_what_is_taken_out(
 
     if fits(small):
         assert fits([*small, *more])
+
+
+def _fmt_exact(v: Fraction) -> str:
+    return str(v.numerator) if v.denominator == 1 else format(float(v), "g")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10**12), st.integers(-(10**12), 10**12), st.booleans())
+def test_fit_messages_in_units_read_as_the_exact_amounts(req: int, have: int, nofit: bool) -> None:
+    fit = QuotaFit("NoFit" if nofit else "Preempt", False, ("f", "gpu", req, have))
+    r, h = from_units(req), from_units(have)
+    assert fit.short == ("f", "gpu", r, h)
+    if nofit:
+        want = f"request > maximum capacity ({_fmt_exact(r)} > {_fmt_exact(h)})"
+    else:
+        want = f"{_fmt_exact(r - h)} more needed"
+    assert fit.message().endswith(want)
+    assert QuotaFit("Fit", True).message() == "" and QuotaFit("Fit", True).short is None
