@@ -192,6 +192,8 @@ class QuotaTree:
             self._accumulate(root)
         # per node: resource -> what it could borrow at most (depends on quotas only)
         self._lendable: dict[str, dict[str, int]] = {}
+        # (node, flavor-resource) -> _potential (depends on quotas only)
+        self._potentials: dict[tuple[str, FlavorResource], int] = {}
 
     # ---- construction helpers ------------------------------------------------------------------
     @staticmethod
@@ -223,6 +225,7 @@ class QuotaTree:
         new = QuotaTree.__new__(QuotaTree)
         new.disabled = self.disabled
         new._lendable = self._lendable  # quotas and structure are shared
+        new._potentials = self._potentials
         new.nodes = {}
         for nid, n in self.nodes.items():
             c = _Node.__new__(_Node)
@@ -290,13 +293,16 @@ class QuotaTree:
         if n.parent is None:
             return n.subtree.get(fr, 0) - n.usage.get(fr, 0)
         parent_avail = self._available(n.parent, fr)
+        # n.guaranteed(fr) and n.local_available(fr), inline
+        ll = n.ll.get(fr)
+        g = max(0, n.subtree.get(fr, 0) - ll) if ll is not None else 0
+        u = n.usage.get(fr, 0)
         bl = n.bl.get(fr)
         if bl is not None:
-            g = n.guaranteed(fr)
             stored = n.subtree.get(fr, 0) - g
-            used = max(0, n.usage.get(fr, 0) - g)
+            used = max(0, u - g)
             parent_avail = min(stored - used + bl, parent_avail)
-        return n.local_available(fr) + parent_avail
+        return max(0, g - u) + parent_avail
 
     def potential_available(self, node_id: str, fr: FlavorResource) -> Fraction:
         """The most the node could get with no usage anywhere, within borrowing limits."""
@@ -306,12 +312,17 @@ class QuotaTree:
         return self._potential(self.nodes[node_id], fr)
 
     def _potential(self, n: _Node, fr: FlavorResource) -> int:
-        if n.parent is None:
-            return n.subtree.get(fr, 0)
-        got = n.guaranteed(fr) + self._potential(n.parent, fr)
-        bl = n.bl.get(fr)
-        if bl is not None:
-            got = min(n.subtree.get(fr, 0) + bl, got)
+        k = (n.id, fr)
+        got = self._potentials.get(k)
+        if got is None:
+            if n.parent is None:
+                got = n.subtree.get(fr, 0)
+            else:
+                got = n.guaranteed(fr) + self._potential(n.parent, fr)
+                bl = n.bl.get(fr)
+                if bl is not None:
+                    got = min(n.subtree.get(fr, 0) + bl, got)
+            self._potentials[k] = got
         return got
 
     def lendable_units(self, node_id: str) -> dict[str, int]:
@@ -381,8 +392,10 @@ class QuotaTree:
                 self._add(n, fr, val)
 
     def _add(self, n: _Node, fr: FlavorResource, val: int) -> None:
-        local = n.local_available(fr)
-        n.usage[fr] = n.usage.get(fr, 0) + val
+        u = n.usage.get(fr, 0)
+        ll = n.ll.get(fr)  # n.local_available(fr), inline
+        local = max(0, (max(0, n.subtree.get(fr, 0) - ll) if ll is not None else 0) - u)
+        n.usage[fr] = u + val
         if n.parent is not None and val > local:
             self._add(n.parent, fr, val - local)
 
@@ -400,8 +413,10 @@ class QuotaTree:
                 self._remove(n, fr, val)
 
     def _remove(self, n: _Node, fr: FlavorResource, val: int) -> None:
-        stored = n.usage.get(fr, 0) - n.guaranteed(fr)
-        n.usage[fr] = n.usage.get(fr, 0) - val
+        u = n.usage.get(fr, 0)
+        ll = n.ll.get(fr)  # n.guaranteed(fr), inline
+        stored = u - (max(0, n.subtree.get(fr, 0) - ll) if ll is not None else 0)
+        n.usage[fr] = u - val
         if stored > 0 and n.parent is not None:
             self._remove(n.parent, fr, min(val, stored))
 
