@@ -102,7 +102,8 @@ class _Ctx:
         memo_key = (frozenset(a.key for a in removed), allow_borrow)
         if memo_key in self.memo:
             return self.memo[memo_key]
-        got = self._fits(removed, allow_borrow)
+        # quota known not to fit: no placement
+        got = None if self.quota_memo.get(memo_key) is False else self._fits(removed, allow_borrow)
         self.memo[memo_key] = got
         return got
 
@@ -563,6 +564,21 @@ def _removable(ctx: _Ctx, removed: Sequence[AdmittedWorkload], a: AdmittedWorklo
     return _borrowing_after(ctx.tree, removed, a.cluster_queue)
 
 
+def _quota_may_pass(
+    ctx: _Ctx, base: Sequence[AdmittedWorkload], cands: Sequence[AdmittedWorkload], allow_borrow: bool
+) -> bool:
+    """Whether quota lets a single victim of :func:`_search` or the longest prefix of its greedy
+    order pass (the greedy's order depends on ``_removable`` alone, not on the checks' answers)."""
+    for c in cands:
+        if _removable(ctx, base, c) and ctx.quota_fits([*base, c], allow_borrow):
+            return True
+    removed: list[AdmittedWorkload] = []
+    for c in cands:
+        if _removable(ctx, [*base, *removed], c):
+            removed.append(c)
+    return bool(removed) and ctx.quota_fits([*base, *removed], allow_borrow)
+
+
 def _search(
     ctx: _Ctx,
     base: Sequence[AdmittedWorkload],
@@ -571,6 +587,11 @@ def _search(
     max_pairs: int,
 ) -> list[AdmittedWorkload] | None:
     if not cands:
+        return None
+    # every check below starts with quota: when quota lets none of the sets tried below pass, the
+    # answer is None without placing anything (quota is monotone in what is taken out, so the
+    # greedy's prefixes fail when its longest one does)
+    if ctx.monotone([*base, *cands]) and not _quota_may_pass(ctx, base, cands, allow_borrow):
         return None
     # cheap necessary condition: with every candidate gone it must fit
     if ctx.fits([*base, *cands], allow_borrow) is None:

@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from sched_helpers import LOWER, Driver, gpu_cq, job, lq, nodes, running, snapshot
 
 import queueing.scheduling.cycle as cycle_mod
-from queueing.scheduling import CohortSpec, CountingPlacer, PreemptionPolicy, SchedulingConfig, run_cycle
+from queueing.scheduling import (
+    CohortSpec,
+    CountingPlacer,
+    PreemptionPolicy,
+    SchedulingConfig,
+    preemption,
+    run_cycle,
+)
 from queueing.scheduling.assign import Assigner, Combo
 from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.config import FairSharingConfig
@@ -28,6 +35,56 @@ from queueing.scheduling.quota import QuotaTree, cq_id
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, WorkloadInfo
 
 F = Fraction
+
+
+def _reference_search(
+    ctx: Any,
+    base: Sequence[AdmittedWorkload],
+    cands: Sequence[AdmittedWorkload],
+    allow_borrow: bool,
+    max_pairs: int,
+) -> list[AdmittedWorkload] | None:
+    """``preemption._search`` as it was before quota was checked first (every set it tries)."""
+    if not cands:
+        return None
+    # cheap necessary condition: with every candidate gone it must fit
+    if ctx.fits([*base, *cands], allow_borrow) is None:
+        return None
+    # a single victim, best first
+    for c in cands:
+        if preemption._removable(ctx, base, c) and ctx.fits([*base, c], allow_borrow) is not None:
+            return [c]
+    # greedy in candidate order, then put back what is not needed
+    removed: list[AdmittedWorkload] = []
+    fitted = False
+    for c in cands:
+        if not preemption._removable(ctx, [*base, *removed], c):
+            continue
+        removed.append(c)
+        if ctx.fits([*base, *removed], allow_borrow) is not None:
+            fitted = True
+            break
+    if not fitted:
+        return None
+    for c in list(reversed(removed[:-1])):
+        trial = [x for x in removed if x.key != c.key]
+        if ctx.fits([*base, *trial], allow_borrow) is not None:
+            removed = trial
+    if len(removed) > 2:
+        budget = max_pairs
+        for i in range(len(cands)):
+            for j in range(i + 1, len(cands)):
+                if budget <= 0:
+                    return removed
+                budget -= 1
+                pair = [cands[i], cands[j]]
+                if not preemption._removable(ctx, base, cands[i]) or not preemption._removable(
+                    ctx, [*base, cands[i]], cands[j]
+                ):
+                    continue
+                if ctx.fits([*base, *pair], allow_borrow) is not None:
+                    return pair
+    return removed
 
 
 class _Checked:
@@ -65,6 +122,9 @@ class _Checked:
         got = plan_preemption(*args, memo=memo, cohort=cohort)
         assert {nid: dict(n.usage) for nid, n in tree.nodes.items()} == usage
         assert got == plan_preemption(*args)
+        with pytest.MonkeyPatch.context() as mp:  # the search without its quota shortcut
+            mp.setattr(preemption, "_search", _reference_search)
+            assert got == plan_preemption(*args)
         # the shares kept for the state are the shares of the tree as it is
         for name, share in memo.shares(cohort).items():
             assert share == share_units(tree, cq_id(name))

@@ -112,14 +112,16 @@ def test_quota_fit_is_monotone_in_what_is_taken_out(
         (data.draw(st.sampled_from(names)), data.draw(amounts)) for _ in range(data.draw(st.integers(0, 3)))
     ]
 
-    def fits(removed: list[tuple[str, Fraction]]) -> bool:
+    def fits(removed: list[tuple[str, Fraction]], allow_borrow: bool = True) -> bool:
         t = tree.clone()
         for q, v in removed:
             t.remove_usage(q, {FR: v})
-        return t.fit(name, request).mode == "Fit"
+        fit = t.fit(name, request)
+        return fit.mode == "Fit" and (allow_borrow or not fit.borrows)
 
-    if fits(small):
-        assert fits([*small, *more])
+    for allow_borrow in (True, False):  # also fitting without borrowing (reclamation)
+        if fits(small, allow_borrow):
+            assert fits([*small, *more], allow_borrow)
 
 
 def _fmt_exact(v: Fraction) -> str:
