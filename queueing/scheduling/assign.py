@@ -35,9 +35,10 @@ from queueing.scheduling.snapshot import (
     WorkloadInfo,
 )
 
-__all__ = ["Assigner", "Assignment", "Combo", "Outcome"]
+__all__ = ["Assigner", "Assignment", "Combo", "Outcome", "ShapeCache"]
 
 _ZERO = Fraction(0)
+_SHAPES_LIMIT = 1 << 16  # shapes kept at most (emptied past it)
 
 
 @dataclass(frozen=True)
@@ -94,17 +95,32 @@ class _Shape:
     )
 
 
+# (ClusterQueue, fit signature) -> what try_assign derives for it (see _Shape)
+ShapeCache = dict[tuple[str, str], _Shape]
+
+
 class Assigner:
-    def __init__(self, flavors: Mapping[str, FlavorSpec], placer: Placer[Any]):
+    def __init__(
+        self,
+        flavors: Mapping[str, FlavorSpec],
+        placer: Placer[Any],
+        shapes: ShapeCache | None = None,
+    ):
+        """``shapes``: a cache of derived shapes to use and fill (kept by a caller between cycles);
+        only valid for the same flavors (a shape depends on the ClusterQueue spec, which it checks,
+        on the workload's fit signature and on the flavors, not on the placer)."""
         self.flavors = flavors
         self.placer = placer
-        self._shapes: dict[tuple[str, str], _Shape] = {}  # (ClusterQueue, fit signature) -> shape
+        # (ClusterQueue, fit signature) -> shape
+        self._shapes: ShapeCache = {} if shapes is None else shapes
 
     def _shape(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> _Shape:
         k = (cq.name, wl.fit_signature)
         got = self._shapes.get(k)
         if got is None or got.cq is not cq:
             groups, err = self._derive_groups(cq, wl)
+            if len(self._shapes) >= _SHAPES_LIMIT:
+                self._shapes.clear()
             got = self._shapes[k] = _Shape(cq, groups, err)
         return got
 

@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from queueing.scheduling.assign import Assigner, Assignment
+from queueing.scheduling.assign import Assigner, Assignment, ShapeCache
 from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.config import SchedulingConfig
 from queueing.scheduling.fairshare import share_key
 from queueing.scheduling.ordering import entry_penalty, usage_by_resource, weighted_usage
 from queueing.scheduling.placer import Placer
-from queueing.scheduling.preemption import PreemptionPlan, plan_preemption
+from queueing.scheduling.preemption import CohortState, PlanMemo, PreemptionPlan, plan_preemption
 from queueing.scheduling.quota import QuotaTree
 from queueing.scheduling.snapshot import (
     AdmittedWorkload,
@@ -258,6 +258,13 @@ class CycleMemo:
         self.estimates: dict[
             str, tuple[ClusterQueueSpec, tuple[FlavorSpec, ...], dict[FlavorResource, Fraction]]
         ] = {}
+        # derived shapes of (ClusterQueue, fit signature) for the Assigner, with the flavors they
+        # were derived for
+        self.shapes: ShapeCache = {}
+        self.shapes_flavors: tuple[FlavorSpec, ...] | None = None
+        # preemption questions that failed without a placement (bound to the queue objects, the
+        # flavors, the configuration and the placer of the cycle)
+        self.plans = PlanMemo()
 
 
 def run_cycle(
@@ -274,7 +281,11 @@ def run_cycle(
     lqs: dict[str, LocalQueueSpec] = {lq.key: lq for lq in snapshot.local_queues}
     tree = QuotaTree(snapshot.cluster_queues, snapshot.cohorts)
     inactive = inactive_cluster_queues(snapshot, tree)
-    assigner = Assigner(flavors, placer)
+    memo = memo or CycleMemo()
+    if memo.shapes_flavors is not snapshot.flavors:
+        memo.shapes = {}
+        memo.shapes_flavors = snapshot.flavors
+    assigner = Assigner(flavors, placer, memo.shapes)
     afs = config.admission_fair_sharing
 
     # ---- admitted workloads ----------------------------------------------------------------------
@@ -405,7 +416,12 @@ def run_cycle(
     # expected usage for ordering across queues (first flavor combination, expected device charges);
     # the same for every workload of one fit signature (its queue, pod sets, selectors) in one
     # ClusterQueue with the same flavors (kept across cycles in ``memo``)
-    est_cache = (memo or CycleMemo()).estimates
+    est_cache = memo.estimates
+    plan_memo = memo.plans
+    plan_memo.bind(snapshot.cluster_queues, snapshot.cohorts, snapshot.flavors, config, placer)
+    # per cohort tree (root node): its candidates (not taken) and their state for the plan memo, until
+    # its usage or candidates change
+    cohort_states: dict[str, tuple[list[AdmittedWorkload], CohortState]] = {}
 
     def estimate(cq: ClusterQueueSpec, wl: WorkloadInfo) -> dict[FlavorResource, Fraction]:
         hit = est_cache.get(wl.fit_signature)
@@ -519,6 +535,7 @@ def run_cycle(
         if out.assignment is not None:
             fit = out.assignment
             tree.add_usage(name, fit.usage)
+            cohort_states.pop(tree.root_of(name), None)
             state = placer.add(state, wl.key, fit.placement)
             admissions.append(Admission(wl, name, fit))
             charge_afs(wl, name, fit.usage)
@@ -538,14 +555,31 @@ def run_cycle(
                             continue
                         croot = root_of[c.cluster_queue] = tree.root_of(c.cluster_queue)
                     pool_by_root.setdefault(croot, []).append(c)
-            pool = [c for c in pool_by_root.get(root, ()) if c.key not in taken]
+            entry = cohort_states.get(root)
+            if entry is None:
+                pool = [c for c in pool_by_root.get(root, ()) if c.key not in taken]
+                entry = cohort_states[root] = (pool, plan_memo.state(tree, root, pool))
+            pool, cohort = entry
             plan = plan_preemption(
-                wl, cq, full, out.preemptible, tree, state, pool, assigner, placer, config, cqs
+                wl,
+                cq,
+                full,
+                out.preemptible,
+                tree,
+                state,
+                pool,
+                assigner,
+                placer,
+                config,
+                cqs,
+                memo=plan_memo,
+                cohort=cohort,
             )
             if plan is not None:
                 plans.append(plan)
                 taken.update(v.key for v in plan.victims)
                 tree.add_usage(name, plan.assignment.usage)
+                cohort_states.pop(root, None)
                 state = placer.add(state, wl.key, plan.assignment.placement)
                 pending.set(wl.key, PendingReason(name, "Preempting", plan.message))
                 dirty.update(key_nodes(name))
@@ -578,6 +612,7 @@ def run_cycle(
                         lo = mid + 1
             if best is not None:
                 tree.add_usage(name, best.usage)
+                cohort_states.pop(tree.root_of(name), None)
                 state = placer.add(state, wl.key, best.placement)
                 admissions.append(Admission(wl, name, best))
                 charge_afs(wl, name, best.usage)

@@ -30,7 +30,7 @@ victims that are not needed are put back (Kueue's fill-back).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -43,7 +43,7 @@ from queueing.scheduling.placer import Placer
 from queueing.scheduling.quota import SCALE, QuotaTree, cq_id, to_units
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, FlavorResource, WorkloadInfo
 
-__all__ = ["PreemptionPlan", "Victim", "plan_preemption"]
+__all__ = ["CohortState", "PlanMemo", "PreemptionPlan", "Victim", "plan_preemption"]
 
 _ZERO = Fraction(0)
 Reason = Literal[
@@ -91,6 +91,7 @@ class _Ctx:
     # the preemptor's charges when known without placing it (one combination, exact charges)
     known_charges: dict[FlavorResource, Fraction] | None = None
     checks: int = 0
+    placed: bool = False  # a placement was tried (the answer then depends on the placer state)
     memo: dict[tuple[frozenset[str], bool], Assignment | None] = field(default_factory=dict)
     quota_memo: dict[tuple[frozenset[str], bool], bool] = field(default_factory=dict)
     # per candidate key: its usage in units when every amount is a whole number of units, else None
@@ -101,7 +102,8 @@ class _Ctx:
         memo_key = (frozenset(a.key for a in removed), allow_borrow)
         if memo_key in self.memo:
             return self.memo[memo_key]
-        got = self._fits(removed, allow_borrow)
+        # quota known not to fit: no placement
+        got = None if self.quota_memo.get(memo_key) is False else self._fits(removed, allow_borrow)
         self.memo[memo_key] = got
         return got
 
@@ -110,6 +112,7 @@ class _Ctx:
         with self._without(removed):
             if not self.quota_may_fit(allow_borrow):
                 return None
+            self.placed = True
             state = self.state
             for a in removed:
                 state = self.placer.remove(state, a.key)
@@ -249,10 +252,6 @@ def _resources(wl: WorkloadInfo) -> set[str]:
     return out
 
 
-def _overlaps(a: AdmittedWorkload, names: set[str]) -> bool:
-    return any(r in names and v for (_, r), v in a.usage.items()) or not a.usage
-
-
 def _borrowing_after(tree: QuotaTree, removed: Sequence[AdmittedWorkload], cq: str) -> bool:
     """Whether ``cq`` still uses more than its nominal quota once ``removed`` are gone."""
     node = tree.node(cq_id(cq))
@@ -262,6 +261,136 @@ def _borrowing_after(tree: QuotaTree, removed: Sequence[AdmittedWorkload], cq: s
             for fr, v in a.usage.items():
                 usage[fr] = usage.get(fr, 0) - to_units(v)
     return any(v > node.subtree.get(fr, 0) for fr, v in usage.items())
+
+
+@dataclass(frozen=True)
+class CohortState:
+    """What a plan reads of a cohort tree, as a number: the usage of every node of the tree and the
+    candidates (``PlanMemo.state``). Equal ids mean equal contents (within one :class:`PlanMemo`)."""
+
+    id: int
+    keys: frozenset[str]  # the candidates' keys
+
+
+# what a plan reads of a candidate
+_Fingerprint = tuple[str, str, bool, float, int, float, tuple[tuple[FlavorResource, Fraction], ...]]
+
+
+class PlanMemo:
+    """Preemption questions that had no answer, kept to answer them again without work (between
+    cycles too: a cache, the result is the same without it).
+
+    Without a placement (most plans are rejected by quota) a plan depends only on the preemptor's
+    ClusterQueue and what it asks (fit signature, pod counts, flavor combinations, priority, its
+    order time where the policy compares it), on the cohort tree's usage and candidates
+    (:class:`CohortState`), and on what is fixed while the memo is bound (:meth:`bind`: the queue
+    and cohort objects, the flavors, the configuration, the placer). A question is remembered only
+    when it failed without any placement tried; a plan that tried one also depends on the placer
+    state and is never remembered. Every part is bounded: past its limit a part is emptied (ids
+    are never reused, so a forgotten id only stops matching)."""
+
+    def __init__(self, limit: int = 1 << 14) -> None:
+        self.limit = limit
+        self.failed: set[Hashable] = set()
+        self._bound: tuple[object, ...] = ()
+        self._next = 0
+        # candidate object (held, so its id is not reused) -> id of its fingerprint
+        self._by_obj: dict[int, tuple[AdmittedWorkload, int]] = {}
+        self._prints: dict[_Fingerprint, int] = {}
+        self._states: dict[tuple[str, tuple[object, ...], tuple[int, ...]], int] = {}
+        # per state id: ClusterQueue -> (borrowing, share key) with the tree's usage as it is
+        self._shares: dict[int, dict[str, tuple[bool, ShareKey]]] = {}
+
+    def bind(self, *fixed: object) -> None:
+        """Forget everything unless ``fixed`` are the same (or equal) values as at the last call."""
+        if len(fixed) != len(self._bound) or any(
+            a is not b and a != b for a, b in zip(fixed, self._bound, strict=True)
+        ):
+            self.failed.clear()
+            self._shares.clear()
+            self._by_obj.clear()
+            self._prints.clear()
+            self._states.clear()
+            self._bound = fixed
+
+    def _id(self, table: dict[Any, int], content: Hashable) -> int:
+        got = table.get(content)
+        if got is None:
+            if len(table) >= self.limit:
+                table.clear()
+            self._next += 1
+            got = table[content] = self._next
+        return got
+
+    def _print(self, a: AdmittedWorkload) -> int:
+        got = self._by_obj.get(id(a))
+        if got is not None and got[0] is a:
+            return got[1]
+        fp: _Fingerprint = (
+            a.key,
+            a.cluster_queue,
+            a.evicting,
+            a.admission_time,
+            a.workload.priority,
+            a.workload.order_time,
+            tuple(a.usage.items()),
+        )
+        n = self._id(self._prints, fp)
+        if len(self._by_obj) >= self.limit:
+            self._by_obj.clear()
+        self._by_obj[id(a)] = (a, n)
+        return n
+
+    def state(self, tree: QuotaTree, root: str, admitted: Sequence[AdmittedWorkload]) -> CohortState:
+        """The state of the cohort tree with root node ``root`` and candidates ``admitted`` (as
+        :func:`plan_preemption` takes them) at this moment; the tree must not change while it is
+        used."""
+        usage: list[object] = []
+        stack = [tree.node(root)]
+        while stack:
+            n = stack.pop()
+            usage.append(n.id)
+            usage.append(tuple(n.usage.items()))
+            stack.extend(n.children)
+        pool = tuple(self._print(a) for a in admitted)
+        sid = self._id(self._states, (root, tuple(usage), pool))
+        return CohortState(sid, frozenset(a.key for a in admitted))
+
+    def shares(self, state: CohortState) -> dict[str, tuple[bool, ShareKey]]:
+        """The ClusterQueues' shares in the cohort tree in ``state`` (filled by the plans)."""
+        got = self._shares.get(state.id)
+        if got is None:
+            if len(self._shares) >= self.limit:
+                self._shares.clear()
+            got = self._shares[state.id] = {}
+        return got
+
+    def key(
+        self,
+        state: CohortState,
+        wl: WorkloadInfo,
+        cq: ClusterQueueSpec,
+        counts: Mapping[str, int],
+        combos: Sequence[Combo],
+    ) -> Hashable:
+        """The question ``plan_preemption`` answers, as far as a failed plan without a placement
+        depends on it."""
+        newer = cq.preemption.within_cluster_queue == "LowerOrNewerEqualPriority"
+        return (
+            state.id,
+            cq.name,
+            wl.fit_signature,
+            tuple(ps.devices_exact for ps in wl.pod_sets),
+            wl.priority,
+            wl.order_time if newer else None,
+            tuple(counts.items()),
+            tuple(combos),
+        )
+
+    def remember(self, key: Hashable) -> None:
+        if len(self.failed) >= self.limit * 4:
+            self.failed.clear()
+        self.failed.add(key)
 
 
 def plan_preemption(
@@ -276,8 +405,43 @@ def plan_preemption(
     placer: Placer[Any],
     config: SchedulingConfig,
     cq_specs: Mapping[str, ClusterQueueSpec],
+    *,
+    memo: PlanMemo | None = None,
+    cohort: CohortState | None = None,
 ) -> PreemptionPlan | None:
-    """A plan to evict a minimal set of admitted workloads so that ``wl`` fits, or None."""
+    """A plan to evict a minimal set of admitted workloads so that ``wl`` fits, or None.
+
+    With ``memo`` (bound to the objects this call uses, see :class:`PlanMemo`) and ``cohort``
+    (``memo.state(tree, <root of cq>, admitted)`` of this very tree and ``admitted``) a question
+    that failed before without a placement is answered at once."""
+    key: Hashable = None
+    if memo is not None and cohort is not None and wl.key not in cohort.keys:
+        key = memo.key(cohort, wl, cq, counts, combos)
+        if key in memo.failed:
+            return None
+    shared = memo.shares(cohort) if memo is not None and cohort is not None else None
+    plan, ctx = _plan_preemption(
+        wl, cq, counts, combos, tree, state, admitted, assigner, placer, config, shared
+    )
+    if plan is None and memo is not None and key is not None and (ctx is None or not ctx.placed):
+        memo.remember(key)
+    return plan
+
+
+def _plan_preemption(
+    wl: WorkloadInfo,
+    cq: ClusterQueueSpec,
+    counts: Mapping[str, int],
+    combos: Sequence[Combo],
+    tree: QuotaTree,
+    state: object,
+    admitted: Sequence[AdmittedWorkload],
+    assigner: Assigner,
+    placer: Placer[Any],
+    config: SchedulingConfig,
+    shared: dict[str, tuple[bool, ShareKey]] | None = None,
+) -> tuple[PreemptionPlan | None, _Ctx | None]:
+    """``shared``: the ClusterQueues' shares with the tree's usage as it is (``PlanMemo.shares``)."""
     pol = cq.preemption
     if (
         pol.within_cluster_queue == "Never"
@@ -285,7 +449,7 @@ def plan_preemption(
         and pol.borrow_within_cohort == "Never"
         and not any(a.evicting for a in admitted)
     ):
-        return None
+        return None, None
     expected = [assigner.expected_usage(cq, wl, counts, c) for c in combos]
     known = expected[0] if len(expected) == 1 and assigner.charges_known(cq, wl) else None
     units = [assigner.expected_units(cq, wl, counts, c) for c in combos]
@@ -301,8 +465,14 @@ def plan_preemption(
         ok = in_tree.get(q)
         if ok is None:
             ok = in_tree[q] = tree.has_cq(q) and tree.root_of(q) == root
-        if not ok or a.key == wl.key or not _overlaps(a, names):
+        if not ok or a.key == wl.key:
             continue
+        if a.usage:  # only candidates that use a resource the preemptor requests (or nothing)
+            for (_, r), v in a.usage.items():
+                if v and r in names:
+                    break
+            else:
+                continue
         if a.evicting:
             evicting.append(a)
             continue
@@ -321,7 +491,7 @@ def plan_preemption(
     if evicting:
         got = ctx.fits(evicting, allow_borrow=True)
         if got is not None:
-            return PreemptionPlan(wl.key, cq.name, (), got, tuple(a.key for a in evicting))
+            return PreemptionPlan(wl.key, cq.name, (), got, tuple(a.key for a in evicting)), ctx
 
     key = _order(cq.name)
     own.sort(key=key)
@@ -343,11 +513,11 @@ def plan_preemption(
     attempts: list[tuple[list[AdmittedWorkload], bool, Reason]] = []
     if fair and (reclaim or borrow_pool):
         fair_others = set_union(reclaim, borrow_pool)  # put in order once pruned (_fair_search)
-        shares = _Shares(ctx, evicting, own, fair_others)
+        shares = _Shares(ctx, evicting, own, fair_others, shared)
         for strategy in config.fair_sharing.preemption_strategies:
             victims = _fair_search(ctx, shares, evicting, own, fair_others, strategy)
             if victims is not None:
-                return _plan(ctx, evicting, victims, "InCohortFairSharing")
+                return _plan(ctx, evicting, victims, "InCohortFairSharing"), ctx
     # with fair sharing, other ClusterQueues' workloads are only taken by the fair-sharing rules
     if reclaim and not fair:
         attempts.append((sorted(set_union(own, reclaim), key=key), False, "InCohortReclamation"))
@@ -358,8 +528,8 @@ def plan_preemption(
     for cands, allow_borrow, reason in attempts:
         victims = _search(ctx, evicting, cands, allow_borrow, config.max_preemption_pairs)
         if victims is not None:
-            return _plan(ctx, evicting, victims, reason)
-    return None
+            return _plan(ctx, evicting, victims, reason), ctx
+    return None, ctx
 
 
 def set_union(a: Sequence[AdmittedWorkload], b: Sequence[AdmittedWorkload]) -> list[AdmittedWorkload]:
@@ -394,6 +564,21 @@ def _removable(ctx: _Ctx, removed: Sequence[AdmittedWorkload], a: AdmittedWorklo
     return _borrowing_after(ctx.tree, removed, a.cluster_queue)
 
 
+def _quota_may_pass(
+    ctx: _Ctx, base: Sequence[AdmittedWorkload], cands: Sequence[AdmittedWorkload], allow_borrow: bool
+) -> bool:
+    """Whether quota lets a single victim of :func:`_search` or the longest prefix of its greedy
+    order pass (the greedy's order depends on ``_removable`` alone, not on the checks' answers)."""
+    for c in cands:
+        if _removable(ctx, base, c) and ctx.quota_fits([*base, c], allow_borrow):
+            return True
+    removed: list[AdmittedWorkload] = []
+    for c in cands:
+        if _removable(ctx, [*base, *removed], c):
+            removed.append(c)
+    return bool(removed) and ctx.quota_fits([*base, *removed], allow_borrow)
+
+
 def _search(
     ctx: _Ctx,
     base: Sequence[AdmittedWorkload],
@@ -402,6 +587,11 @@ def _search(
     max_pairs: int,
 ) -> list[AdmittedWorkload] | None:
     if not cands:
+        return None
+    # every check below starts with quota: when quota lets none of the sets tried below pass, the
+    # answer is None without placing anything (quota is monotone in what is taken out, so the
+    # greedy's prefixes fail when its longest one does)
+    if ctx.monotone([*base, *cands]) and not _quota_may_pass(ctx, base, cands, allow_borrow):
         return None
     # cheap necessary condition: with every candidate gone it must fit
     if ctx.fits([*base, *cands], allow_borrow) is None:
@@ -456,9 +646,13 @@ class _Shares:
         base: Sequence[AdmittedWorkload],
         own: Sequence[AdmittedWorkload],
         others: Sequence[AdmittedWorkload],
+        shared: dict[str, tuple[bool, ShareKey]] | None = None,
     ):
-        """``own``: the own candidates in candidate order; ``others``: the other candidates."""
+        """``own``: the own candidates in candidate order; ``others``: the other candidates;
+        ``shared``: shares with the tree's usage as it is, to use and fill (``PlanMemo.shares``)."""
         self.ctx = ctx
+        # with nothing taken out, a share is the share of the tree as it is
+        self._shared = shared if not base else None
         self.base = base
         self.own = own
         self.others = others
@@ -495,7 +689,14 @@ class _Shares:
         candidates gone."""
         got = self._shares.get((name, k))
         if got is None:
-            got = self._shares[(name, k)] = share_units(self.ctx.tree, cq_id(name), self.usage(name, k))
+            shared = self._shared if k == 0 else None
+            if shared is not None:
+                got = shared.get(name)
+            if got is None:
+                got = share_units(self.ctx.tree, cq_id(name), self.usage(name, k))
+                if shared is not None:
+                    shared[name] = got
+            self._shares[(name, k)] = got
         return got
 
     def without_one(self, a: AdmittedWorkload) -> ShareKey:

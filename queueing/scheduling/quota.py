@@ -21,6 +21,7 @@ disabled (``disabled`` maps their names to the reason).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -94,29 +95,45 @@ class QuotaFit:
 
     mode: FitMode
     borrows: bool  # fits only by borrowing from the cohort
-    # for anything but Fit: (flavor, resource, requested, available-or-maximum) of the first miss
-    short: tuple[str, str, Fraction, Fraction] | None = None
+    # for anything but Fit: (flavor, resource, requested, available-or-maximum) of the first miss,
+    # amounts in units (``short`` gives them as amounts)
+    miss: tuple[str, str, int, int] | None = None
+
+    @property
+    def short(self) -> tuple[str, str, Fraction, Fraction] | None:
+        """For anything but Fit: (flavor, resource, requested, available-or-maximum) of the first miss."""
+        if self.miss is None:
+            return None
+        flavor, res, req, have = self.miss
+        return flavor, res, from_units(req), from_units(have)
 
     def message(self) -> str:
-        if self.short is None:
+        if self.miss is None:
             return ""
-        flavor, res, req, have = self.short
-        if self.mode == "NoFit":
-            return (
-                f"insufficient quota for {res} in flavor {flavor}, request > maximum capacity "
-                f"({_fmt(req)} > {_fmt(have)})"
-            )
-        return f"insufficient unused quota for {res} in flavor {flavor}, {_fmt(req - have)} more needed"
+        return _message(self.mode == "NoFit", *self.miss)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _message(nofit: bool, flavor: str, res: str, req: int, have: int) -> str:
+    """:meth:`QuotaFit.message` (amounts in units); cached: the same misses come back every cycle."""
+    if nofit:
+        return (
+            f"insufficient quota for {res} in flavor {flavor}, request > maximum capacity "
+            f"({_fmt_units(req)} > {_fmt_units(have)})"
+        )
+    return f"insufficient unused quota for {res} in flavor {flavor}, {_fmt_units(req - have)} more needed"
 
 
 _FITS = QuotaFit("Fit", False)
 _FITS_BORROWING = QuotaFit("Fit", True)
 
 
-def _fmt(v: Fraction) -> str:
-    if v.denominator == 1:
-        return str(v.numerator)
-    return format(float(v), "g")
+def _fmt_units(n: int) -> str:
+    """An amount in units as text: the whole number, else the float ``%g`` (``n / SCALE`` is the
+    correctly rounded float of the exact amount, as ``float(Fraction)`` is)."""
+    if n % SCALE == 0:
+        return str(n // SCALE)
+    return format(n / SCALE, "g")
 
 
 def cohort_cycles(specs: Mapping[str, CohortSpec]) -> dict[str, str]:
@@ -175,6 +192,8 @@ class QuotaTree:
             self._accumulate(root)
         # per node: resource -> what it could borrow at most (depends on quotas only)
         self._lendable: dict[str, dict[str, int]] = {}
+        # (node, flavor-resource) -> _potential (depends on quotas only)
+        self._potentials: dict[tuple[str, FlavorResource], int] = {}
 
     # ---- construction helpers ------------------------------------------------------------------
     @staticmethod
@@ -206,6 +225,7 @@ class QuotaTree:
         new = QuotaTree.__new__(QuotaTree)
         new.disabled = self.disabled
         new._lendable = self._lendable  # quotas and structure are shared
+        new._potentials = self._potentials
         new.nodes = {}
         for nid, n in self.nodes.items():
             c = _Node.__new__(_Node)
@@ -273,13 +293,16 @@ class QuotaTree:
         if n.parent is None:
             return n.subtree.get(fr, 0) - n.usage.get(fr, 0)
         parent_avail = self._available(n.parent, fr)
+        # n.guaranteed(fr) and n.local_available(fr), inline
+        ll = n.ll.get(fr)
+        g = max(0, n.subtree.get(fr, 0) - ll) if ll is not None else 0
+        u = n.usage.get(fr, 0)
         bl = n.bl.get(fr)
         if bl is not None:
-            g = n.guaranteed(fr)
             stored = n.subtree.get(fr, 0) - g
-            used = max(0, n.usage.get(fr, 0) - g)
+            used = max(0, u - g)
             parent_avail = min(stored - used + bl, parent_avail)
-        return n.local_available(fr) + parent_avail
+        return max(0, g - u) + parent_avail
 
     def potential_available(self, node_id: str, fr: FlavorResource) -> Fraction:
         """The most the node could get with no usage anywhere, within borrowing limits."""
@@ -289,12 +312,17 @@ class QuotaTree:
         return self._potential(self.nodes[node_id], fr)
 
     def _potential(self, n: _Node, fr: FlavorResource) -> int:
-        if n.parent is None:
-            return n.subtree.get(fr, 0)
-        got = n.guaranteed(fr) + self._potential(n.parent, fr)
-        bl = n.bl.get(fr)
-        if bl is not None:
-            got = min(n.subtree.get(fr, 0) + bl, got)
+        k = (n.id, fr)
+        got = self._potentials.get(k)
+        if got is None:
+            if n.parent is None:
+                got = n.subtree.get(fr, 0)
+            else:
+                got = n.guaranteed(fr) + self._potential(n.parent, fr)
+                bl = n.bl.get(fr)
+                if bl is not None:
+                    got = min(n.subtree.get(fr, 0) + bl, got)
+            self._potentials[k] = got
         return got
 
     def lendable_units(self, node_id: str) -> dict[str, int]:
@@ -327,7 +355,7 @@ class QuotaTree:
         n = self.nodes[cq_id(cq)]
         mode: FitMode = "Fit"
         borrows = False
-        short: tuple[str, str, Fraction, Fraction] | None = None
+        miss: tuple[str, str, int, int] | None = None
         for fr, val in request:
             if val <= 0:
                 continue
@@ -339,15 +367,15 @@ class QuotaTree:
             pot = self._potential(n, fr)
             if val <= pot:
                 if mode == "Fit":
-                    mode, short = "Preempt", (fr[0], fr[1], from_units(val), from_units(max(avail, 0)))
+                    mode, miss = "Preempt", (fr[0], fr[1], val, max(avail, 0))
                 if val > n.subtree.get(fr, 0):
                     borrows = True
             else:
-                mode, short = "NoFit", (fr[0], fr[1], from_units(val), from_units(pot))
+                mode, miss = "NoFit", (fr[0], fr[1], val, pot)
                 break
-        if short is None:  # fits: one of two values (frozen, so shared)
+        if miss is None:  # fits: one of two values (frozen, so shared)
             return _FITS_BORROWING if borrows else _FITS
-        return QuotaFit(mode, borrows, short)
+        return QuotaFit(mode, borrows, miss)
 
     # ---- updates -------------------------------------------------------------------------------
     def add_usage(self, cq: str, usage: Mapping[FlavorResource, Fraction]) -> None:
@@ -364,8 +392,10 @@ class QuotaTree:
                 self._add(n, fr, val)
 
     def _add(self, n: _Node, fr: FlavorResource, val: int) -> None:
-        local = n.local_available(fr)
-        n.usage[fr] = n.usage.get(fr, 0) + val
+        u = n.usage.get(fr, 0)
+        ll = n.ll.get(fr)  # n.local_available(fr), inline
+        local = max(0, (max(0, n.subtree.get(fr, 0) - ll) if ll is not None else 0) - u)
+        n.usage[fr] = u + val
         if n.parent is not None and val > local:
             self._add(n.parent, fr, val - local)
 
@@ -383,8 +413,10 @@ class QuotaTree:
                 self._remove(n, fr, val)
 
     def _remove(self, n: _Node, fr: FlavorResource, val: int) -> None:
-        stored = n.usage.get(fr, 0) - n.guaranteed(fr)
-        n.usage[fr] = n.usage.get(fr, 0) - val
+        u = n.usage.get(fr, 0)
+        ll = n.ll.get(fr)  # n.guaranteed(fr), inline
+        stored = u - (max(0, n.subtree.get(fr, 0) - ll) if ll is not None else 0)
+        n.usage[fr] = u - val
         if stored > 0 and n.parent is not None:
             self._remove(n.parent, fr, min(val, stored))
 

@@ -11,6 +11,7 @@ from sched_helpers import gpu_cq, job, lq, nodes, snapshot
 from queueing.scheduling import CountingPlacer, run_cycle
 from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.cycle import CycleMemo, PendingReason, PendingReasons
+from queueing.scheduling.snapshot import FlavorSpec, Taint
 
 
 def _runs(b: Backlog) -> dict[str, list[list[str]]]:
@@ -138,3 +139,21 @@ def test_memo_entries_are_only_reused_for_the_same_queue_objects() -> None:
     run_cycle(snapshot([again], [lqa], [w]), placer, 0.0, memo=memo)  # type: ignore[list-item]
     ((held_cq, _, _),) = memo.estimates.values()
     assert held_cq is again
+
+
+def test_shapes_are_kept_for_the_same_flavors_only() -> None:
+    (cq, lqa, _), placer = _cycle_inputs()
+    memo = CycleMemo()
+    w = job("w", 4)
+    snap = snapshot([cq], [lqa], [w])  # type: ignore[list-item]
+    assert run_cycle(snap, placer, 0.0, memo=memo) == run_cycle(snap, placer, 0.0)
+    (shape,) = memo.shapes.values()
+    run_cycle(replace(snap), placer, 0.0, memo=memo)  # the same flavors: the same shape
+    assert list(memo.shapes.values()) == [shape] and memo.shapes_flavors is snap.flavors
+    # the flavor now taints its nodes: derived again, and the workload no longer fits
+    tainted = (FlavorSpec("default", node_taints=(Taint("gpu", "yes"),)),)
+    snap2 = replace(snap, flavors=tainted)
+    got = run_cycle(snap2, placer, 0.0, memo=memo)
+    assert got == run_cycle(snap2, placer, 0.0)
+    assert not got.admissions and memo.shapes_flavors is tainted
+    assert next(iter(memo.shapes.values())) is not shape
