@@ -173,59 +173,15 @@ class Usage:
         return self.devices.get(key, 0) > 0
 
     def take(self, pick: Pick) -> None:
-        if pick.admin_access:
-            return
-        dev = pick.device
-        key = dev.key
-        if not dev.multi:
-            n = self.devices.get(key, 0)
-            self.devices[key] = n + 1
-            if not n and dev.node_name is not None and not dev.all_nodes:
-                self.node_taken[dev.node_name] = self.node_taken.get(dev.node_name, 0) + 1
-                if self.node_block is not None:
-                    b = self.node_block.get(dev.node_name)
-                    if b is not None:
-                        self.block_free[b] -= 1
-        for ck, amount in pick.counters:
-            self.counters[ck] = self.counters.get(ck, Fraction(0)) + amount
-        for name, amount in pick.capacity:
-            ik = (key, name)
-            self.capacity[ik] = self.capacity.get(ik, Fraction(0)) + amount
+        self.take_all((pick,))
 
     def give_back(self, pick: Pick, *, backtrack: bool = False) -> None:
         """Release a pick. ``backtrack``: undoing a step of a search that took it (no new epoch)."""
-        if pick.admin_access:
-            return
-        if not backtrack:
-            self.epoch += 1
-        dev = pick.device
-        key = dev.key
-        if not dev.multi:
-            n = self.devices.get(key, 0) - 1
-            if n > 0:
-                self.devices[key] = n
-            elif self.devices.pop(key, None) is not None and dev.node_name is not None and not dev.all_nodes:
-                self.node_taken[dev.node_name] -= 1
-                if self.node_block is not None:
-                    b = self.node_block.get(dev.node_name)
-                    if b is not None:
-                        self.block_free[b] += 1
-        for ck, amount in pick.counters:
-            left = self.counters.get(ck, Fraction(0)) - amount
-            if left:
-                self.counters[ck] = left
-            else:
-                self.counters.pop(ck, None)
-        for name, amount in pick.capacity:
-            ik = (key, name)
-            left = self.capacity.get(ik, Fraction(0)) - amount
-            if left:
-                self.capacity[ik] = left
-            else:
-                self.capacity.pop(ik, None)
+        self.give_back_all((pick,), backtrack=backtrack)
 
     def take_all(self, picks: Iterable[Pick]) -> None:
-        """``take`` every pick, in order (the same steps, without a call per pick)."""
+        """Take every pick, in order: a device (not multi-allocatable) counted as taken, its counters
+        and capacity consumed."""
         devices = self.devices
         node_taken = self.node_taken
         node_block = self.node_block
@@ -252,9 +208,9 @@ class Usage:
                 ik = (key, name)
                 capacity[ik] = capacity.get(ik, Fraction(0)) + amount
 
-    def give_back_all(self, picks: Iterable[Pick]) -> None:
-        """``give_back`` every pick (not backtracking), in order (the same steps, without a call
-        per pick)."""
+    def give_back_all(self, picks: Iterable[Pick], *, backtrack: bool = False) -> None:
+        """Release every pick, in order: what :meth:`take_all` took. ``backtrack``: undoing steps of
+        a search that took them (no new epoch)."""
         devices = self.devices
         node_taken = self.node_taken
         node_block = self.node_block
@@ -264,7 +220,8 @@ class Usage:
         for pick in picks:
             if pick.admin_access:
                 continue
-            self.epoch += 1
+            if not backtrack:
+                self.epoch += 1
             dev = pick.device
             key = dev.key
             if not dev.multi:
