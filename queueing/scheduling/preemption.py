@@ -270,6 +270,33 @@ class CohortState:
 
     id: int
     keys: frozenset[str]  # the candidates' keys
+    # the sequence of candidates the state was taken of, and :func:`_candidates` of it (built once)
+    source: Sequence[AdmittedWorkload] | None = field(default=None, compare=False, repr=False)
+    _prepared: tuple[_Cand, ...] | None = field(default=None, compare=False, repr=False)
+
+    def prepared(self, admitted: Sequence[AdmittedWorkload]) -> tuple[_Cand, ...] | None:
+        """``_candidates(admitted)`` when ``admitted`` is the very sequence the state was taken of
+        (built once per state), else None."""
+        if admitted is not self.source:
+            return None
+        got = self._prepared
+        if got is None:
+            got = _candidates(admitted)
+            object.__setattr__(self, "_prepared", got)
+        return got
+
+
+# what the candidate filter of a plan reads of a candidate: the candidate, its ClusterQueue, key, the
+# resources it uses a non-zero amount of (None when its usage is empty), evicting, priority
+_Cand = tuple[AdmittedWorkload, str, str, frozenset[str] | None, bool, int]
+
+
+def _candidates(admitted: Sequence[AdmittedWorkload]) -> tuple[_Cand, ...]:
+    out: list[_Cand] = []
+    for a in admitted:
+        used = frozenset(r for (_, r), v in a.usage.items() if v) if a.usage else None
+        out.append((a, a.cluster_queue, a.key, used, a.evicting, a.workload.priority))
+    return tuple(out)
 
 
 # what a plan reads of a candidate
@@ -354,7 +381,7 @@ class PlanMemo:
             stack.extend(n.children)
         pool = tuple(self._print(a) for a in admitted)
         sid = self._id(self._states, (root, tuple(usage), pool))
-        return CohortState(sid, frozenset(a.key for a in admitted))
+        return CohortState(sid, frozenset(a.key for a in admitted), admitted)
 
     def shares(self, state: CohortState) -> dict[str, tuple[bool, ShareKey]]:
         """The ClusterQueues' shares in the cohort tree in ``state`` (filled by the plans)."""
@@ -420,8 +447,9 @@ def plan_preemption(
         if key in memo.failed:
             return None
     shared = memo.shares(cohort) if memo is not None and cohort is not None else None
+    prepared = cohort.prepared(admitted) if cohort is not None else None
     plan, ctx = _plan_preemption(
-        wl, cq, counts, combos, tree, state, admitted, assigner, placer, config, shared
+        wl, cq, counts, combos, tree, state, admitted, assigner, placer, config, shared, prepared
     )
     if plan is None and memo is not None and key is not None and (ctx is None or not ctx.placed):
         memo.remember(key)
@@ -440,8 +468,10 @@ def _plan_preemption(
     placer: Placer[Any],
     config: SchedulingConfig,
     shared: dict[str, tuple[bool, ShareKey]] | None = None,
+    prepared: tuple[_Cand, ...] | None = None,
 ) -> tuple[PreemptionPlan | None, _Ctx | None]:
-    """``shared``: the ClusterQueues' shares with the tree's usage as it is (``PlanMemo.shares``)."""
+    """``shared``: the ClusterQueues' shares with the tree's usage as it is (``PlanMemo.shares``);
+    ``prepared``: ``_candidates(admitted)``."""
     pol = cq.preemption
     if (
         pol.within_cluster_queue == "Never"
@@ -460,24 +490,20 @@ def _plan_preemption(
     others: list[AdmittedWorkload] = []
     evicting: list[AdmittedWorkload] = []
     in_tree: dict[str, bool] = {}  # ClusterQueue -> in the preemptor's cohort tree
-    for a in admitted:
-        q = a.cluster_queue
+    wl_key = wl.key
+    for a, q, k, used, evict, p in _candidates(admitted) if prepared is None else prepared:
         ok = in_tree.get(q)
         if ok is None:
             ok = in_tree[q] = tree.has_cq(q) and tree.root_of(q) == root
-        if not ok or a.key == wl.key:
+        if not ok or k == wl_key:
             continue
-        if a.usage:  # only candidates that use a resource the preemptor requests (or nothing)
-            for (_, r), v in a.usage.items():
-                if v and r in names:
-                    break
-            else:
-                continue
-        if a.evicting:
+        # only candidates that use a resource the preemptor requests (or nothing)
+        if used is not None and used.isdisjoint(names):
+            continue
+        if evict:
             evicting.append(a)
             continue
-        p = a.workload.priority
-        if a.cluster_queue == cq.name:
+        if q == cq.name:
             w = pol.within_cluster_queue
             if (w == "LowerPriority" and p < wl.priority) or (
                 w == "LowerOrNewerEqualPriority"

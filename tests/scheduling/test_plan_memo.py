@@ -115,6 +115,10 @@ class _Checked:
         assert memo is not None and cohort is not None
         # the state the cycle kept for the cohort tree is the state now
         assert memo.state(tree, tree.root_of(cq.name), admitted) == cohort
+        # the plan below takes the candidates prepared once for the state (compared with the plan
+        # without the memo, which prepares them itself)
+        assert cohort.prepared(admitted) == preemption._candidates(admitted)
+        assert cohort.prepared(list(admitted)) is None  # only for the very sequence
         if wl.key not in cohort.keys and memo.key(cohort, wl, cq, counts, combos) in memo.failed:
             self.hits += 1
         usage = {nid: dict(n.usage) for nid, n in tree.nodes.items()}
@@ -299,3 +303,29 @@ def test_cohort_state_tells_contents_apart() -> None:
     small = PlanMemo(limit=2)
     ids = {small.state(tree, root, [replace(a, admission_time=float(t))]).id for t in range(6)}
     assert len(ids) == 6
+
+
+def test_prepared_candidates_filter_as_the_usage_loop() -> None:
+    """A plan keeps a candidate that uses a requested resource or nothing at all (as the loop over
+    its usage did): empty usage, zero amounts only, other resources, a requested one."""
+    base = running(job("a", 2, queue="lq-a", priority=1), "cq-a", [("n1", 2)])
+    usages: list[dict[tuple[str, str], F]] = [
+        {},
+        {("default", "gpu"): F(0)},
+        {("default", "cpu"): F(1, 2)},
+        {("default", "cpu"): F(0), ("default", "gpu"): F(1)},
+        {("x", "gpu"): F(-1)},
+    ]
+    for names in (set(), {"gpu"}, {"cpu"}, {"cpu", "gpu"}):
+        for usage in usages:
+            a = replace(base, usage=usage)
+            ((got, q, k, used, evict, p),) = preemption._candidates([a])
+            assert (got, q, k, evict, p) == (a, a.cluster_queue, a.key, a.evicting, a.workload.priority)
+            old = True
+            if a.usage:
+                for (_, r), v in a.usage.items():
+                    if v and r in names:
+                        break
+                else:
+                    old = False
+            assert (used is None or not used.isdisjoint(names)) == old
