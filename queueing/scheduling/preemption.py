@@ -128,8 +128,20 @@ class _Ctx:
             return self.memo[memo_key] is not None
         got = self.quota_memo.get(memo_key)
         if got is None:
-            with self._without(removed):
-                got = self.quota_memo[memo_key] = self.quota_may_fit(allow_borrow)
+            per_cq = self._units_out(removed)
+            if per_cq is None:
+                with self._without_exact(removed):
+                    got = self.quota_may_fit(allow_borrow)
+            else:  # what _without does, without a context manager (the hot path)
+                tree = self.tree
+                for name, units in per_cq.items():
+                    tree.remove_units(name, units)
+                try:
+                    got = self.quota_may_fit(allow_borrow)
+                finally:
+                    for name, units in per_cq.items():
+                        tree.add_units(name, units)
+            self.quota_memo[memo_key] = got
         return got
 
     def units(self, a: AdmittedWorkload) -> dict[FlavorResource, int] | None:
@@ -167,16 +179,11 @@ class _Ctx:
         """The quota tree with ``removed``'s usage taken out, in place; restored on exit (removing a
         sum at once equals removing its parts one by one; add/remove are exact inverses)."""
         tree = self.tree
-        per_cq: dict[str, dict[FlavorResource, int]] = {}
-        for a in removed:
-            u = self.units(a)
-            if u is None:  # amounts below a unit: sum exactly, then convert (QuotaTree.remove_usage)
-                with self._without_exact(removed):
-                    yield
-                return
-            acc = per_cq.setdefault(a.cluster_queue, {})
-            for fr, v in u.items():
-                acc[fr] = acc.get(fr, 0) + v
+        per_cq = self._units_out(removed)
+        if per_cq is None:  # amounts below a unit: sum exactly, then convert (QuotaTree.remove_usage)
+            with self._without_exact(removed):
+                yield
+            return
         for name, units in per_cq.items():
             tree.remove_units(name, units)
         try:
@@ -184,6 +191,22 @@ class _Ctx:
         finally:
             for name, units in per_cq.items():
                 tree.add_units(name, units)
+
+    def _units_out(self, removed: Sequence[AdmittedWorkload]) -> dict[str, dict[FlavorResource, int]] | None:
+        """What :meth:`_without` takes out of each ClusterQueue, in units, when every amount of
+        ``removed`` is a whole number of units; else None."""
+        per_cq: dict[str, dict[FlavorResource, int]] = {}
+        for a in removed:
+            u = self.units(a)
+            if u is None:
+                return None
+            acc = per_cq.get(a.cluster_queue)
+            if acc is None:
+                per_cq[a.cluster_queue] = dict(u)
+            else:
+                for fr, v in u.items():
+                    acc[fr] = acc.get(fr, 0) + v
+        return per_cq
 
     def cq_usage_without(self, name: str, removed: Sequence[AdmittedWorkload]) -> dict[FlavorResource, int]:
         """The usage of ClusterQueue ``name``'s node as :meth:`_without` leaves it (a node's own usage

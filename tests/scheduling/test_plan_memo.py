@@ -329,3 +329,61 @@ def test_prepared_candidates_filter_as_the_usage_loop() -> None:
                 else:
                     old = False
             assert (used is None or not used.isdisjoint(names)) == old
+
+
+def test_quota_fits_takes_out_as_remove_usage() -> None:
+    """``_Ctx.quota_fits`` (whole units summed per ClusterQueue and taken out in place, else the exact
+    sums) answers as the tree with every removed workload taken out by ``QuotaTree.remove_usage``,
+    and leaves the tree as it was."""
+    import random
+
+    rng = random.Random(7)
+    cqs = [
+        gpu_cq("cq-a", 4, cohort="co", lending=2),
+        gpu_cq("cq-b", 3, cohort="co", borrowing=2),
+        gpu_cq("cq-c", 2, cohort="co"),
+    ]
+    amounts = [F(1), F(2), F(1, 2), F(1, 3), F(3, 10**9), F(0)]
+    for _ in range(60):
+        tree = QuotaTree(cqs)
+        admitted = []
+        for i in range(rng.randint(1, 6)):
+            q = rng.choice(["cq-a", "cq-b", "cq-c"])
+            a = running(job(f"w{i}", 1, queue="lq-a"), q, [("n1", 1)])
+            a = replace(
+                a, usage={("default", "gpu"): rng.choice(amounts[:5] if rng.random() < 0.8 else amounts)}
+            )
+            admitted.append(a)
+            tree.add_usage(q, a.usage)
+        want = [(("default", "gpu"), preemption.to_units(F(rng.randint(1, 8))))]
+        cq = rng.choice(cqs[:2])
+        ctx = preemption._Ctx(
+            None,
+            cq,
+            {},
+            [],
+            tree,
+            None,
+            None,
+            None,
+            [],
+            [want],  # type: ignore[arg-type]
+        )
+        before = {nid: dict(n.usage) for nid, n in tree.nodes.items()}
+        for _ in range(8):
+            removed = rng.sample(admitted, rng.randint(0, len(admitted)))
+            allow = rng.random() < 0.5
+            ref = QuotaTree(cqs)
+            for a in admitted:
+                ref.add_usage(a.cluster_queue, a.usage)
+            per_cq: dict[str, dict[tuple[str, str], Fraction]] = {}
+            for a in removed:
+                acc = per_cq.setdefault(a.cluster_queue, {})
+                for fr, v in a.usage.items():
+                    acc[fr] = acc.get(fr, F(0)) + v
+            for name, u in per_cq.items():
+                ref.remove_usage(name, u)
+            fit = ref.fit_units(cq.name, want)
+            expect = fit.mode == "Fit" and (allow or not fit.borrows)
+            assert ctx.quota_fits(removed, allow) == expect
+            assert {nid: dict(n.usage) for nid, n in tree.nodes.items()} == before
