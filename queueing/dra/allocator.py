@@ -342,8 +342,8 @@ class Allocator:
         self._result_cache: dict[tuple[object, ...], AllocationResult] = {}
         self._result_seen: set[tuple[object, ...]] = set()
         self._shape_ids: dict[tuple[object, ...], int] = {}  # see ``PreparedClaim.shape_id``
-        # id(candidates) -> (candidates, plain: see ``greedy_fill``)
-        self._plain: dict[int, tuple[tuple[_Candidate, ...], bool]] = {}
+        # id(candidates) -> (candidates, clean: no CEL error, plain: see ``greedy_fill``)
+        self._flags: dict[int, tuple[tuple[_Candidate, ...], bool, bool]] = {}
         # claims' shape ids -> ``_layout`` of claims of those shapes
         self._layouts: dict[tuple[int, ...], tuple[int, bool]] = {}
 
@@ -619,7 +619,24 @@ class Allocator:
                 return None
             self._candidates[key] = hit
             return hit
-        return None if any(c.error is not None for c in hit) else hit
+        return hit if self._list_flags(hit)[1] else None
+
+    def _list_flags(self, cands: tuple[_Candidate, ...]) -> tuple[tuple[_Candidate, ...], bool, bool]:
+        """(``cands``, whether none has a CEL error, whether they are plain: see ``greedy_fill``),
+        computed once per candidate list (kept by identity)."""
+        flags = self._flags.get(id(cands))
+        if flags is None or flags[0] is not cands:
+            if len(self._flags) >= 100_000:
+                self._flags.clear()
+            clean = all(c.error is None for c in cands)
+            flags = self._flags[id(cands)] = (
+                cands,
+                clean,
+                clean
+                and len(cands) <= self.max_steps
+                and all(not c.dev.multi and not c.dev.consumes for c in cands),
+            )
+        return flags
 
     def _candidates_of(self, alt: Alternative, node: Node | None) -> tuple[_Candidate, ...]:
         out: list[_Candidate] = []
@@ -833,19 +850,10 @@ class Allocator:
             return out, True
         if len(steps) == 1:
             ci, alts = steps[0]
-            a = alts[0]
-            cands = self.candidates(a, node)
-            plain = self._plain.get(id(cands))
-            if plain is None or plain[0] is not cands:
-                if len(self._plain) >= 100_000:
-                    self._plain.clear()
-                plain = self._plain[id(cands)] = (
-                    cands,
-                    len(cands) <= self.max_steps
-                    and all(c.error is None and not c.dev.multi and not c.dev.consumes for c in cands),
-                )
-            if plain[1]:
-                return self._fill_plain(fail_key, need, n, ci, a, cands, usage, limit)
+            cands = lists[0]
+            assert cands is not None
+            if self._list_flags(cands)[2]:
+                return self._fill_plain(fail_key, need, n, ci, alts[0], cands, usage, limit)
         while len(out) < limit:
             single = self._pruned(fail_key, need, steps, node, usage)
             if single is None:

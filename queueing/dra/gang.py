@@ -1019,6 +1019,7 @@ def place_simple(
         for ss, n, steps, claims in prepared:
             need = ss.need
             blocks = usage.block_free if need and usage.node_block is not None else None
+            nblocks = len(usage.block_free)
             room: dict[int, int] = {}
             here: dict[int, int] = {}
             alike = prev is not None and prev.shape == ss.shape
@@ -1031,7 +1032,13 @@ def place_simple(
                     if i >= end:
                         return None  # the search would backtrack
                     if blocks is not None and (i == start or not i & mask) and blocks[i >> shift] < need:
-                        j = min(((i >> shift) + 1) << shift, end)
+                        # this block and the next ones short as well, one after the other (the
+                        # checks add up as skipping them one by one; at the bound or the end the
+                        # descent gives up either way)
+                        b = (i >> shift) + 1
+                        while b < nblocks and blocks[b] < need:
+                            b += 1
+                        j = min(b << shift, end)
                         checks += j - i
                         if checks > max_node_checks:
                             return None

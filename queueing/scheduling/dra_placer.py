@@ -373,6 +373,9 @@ class _FreeCounts:
     histogram (free devices -> nodes), so a check costs the number of distinct values."""
 
     names: list[str]  # every node, cluster order
+    # ``names`` by length, cluster order among names as long (its first with a property is the
+    # shortest of the first ones, as ``min(..., key=len)`` over ``names`` finds it)
+    by_length: list[str] = field(default_factory=list)
     caps: dict[str, tuple[int, int]] = field(default_factory=dict)  # bounded: devices, nodes named so
     by_name: dict[str, int] = field(default_factory=dict)  # bounded: free devices
     hist: dict[int, int] = field(default_factory=dict)  # free devices -> bounded nodes with as many
@@ -769,7 +772,8 @@ class DraPlacer:
         """Upper bound of free exclusive devices per node, kept in step by ``_count_taken``."""
         if self._free is None:
             cs = self.cluster
-            fc = _FreeCounts(names=[n.name for n in cs.nodes])
+            names = [n.name for n in cs.nodes]
+            fc = _FreeCounts(names=names, by_length=sorted(names, key=len))
             for n in cs.nodes:
                 devs = cs.inventory.devices_on(n)
                 if any(d.multi for d in devs):
@@ -875,7 +879,7 @@ class DraPlacer:
             have = max(v for v, c in free.hist.items() if c)
             by_name = free.by_name
             # the first node (cluster order) with most free devices, of the shortest name
-            best = min((nm for nm in free.names if by_name[nm] == have), key=len)
+            best = next(nm for nm in free.by_length if by_name[nm] == have)
             return (
                 f"pod set {ps.name}: {n} pods x {k} devices needed ({what}), at most {fit} fit; "
                 f"best node {best} has {have} free ({max(0, k - have)} short)"

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_free_index import job, placer_and_jobs
 
-from queueing.scheduling.dra_placer import _MAX_DEPTH, DraPlacer, DraPlan, DraState, _Holds
+from queueing.scheduling.dra_placer import _MAX_DEPTH, DraPlacer, DraPlan, DraState, _FreeCounts, _Holds
 from queueing.scheduling.from_api import workload_info
 from queueing.scheduling.jobs import workload_for_job
 from queueing.scheduling.placer import Placement
@@ -88,3 +88,19 @@ def test_long_derivation_trees_stay_in_step() -> None:
     fresh, _ = placer_and_jobs(4)
     fresh.sync(states[-1])
     assert fresh.cluster.usage.devices == {k: n for k, n in placer.cluster.usage.devices.items() if n}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    nodes=st.lists(st.tuples(st.sampled_from(["a", "bb", "ccc", "dddd"]), st.integers(0, 3)), min_size=1),
+)
+def test_quick_miss_best_node_is_the_first_shortest(nodes: list[tuple[str, int]]) -> None:
+    """``_FreeCounts.by_length``: its first node with a property is the one ``min(..., key=len)``
+    finds over the nodes in cluster order (the shortest name of those with most free devices,
+    the first in cluster order among names as long)."""
+    names = [f"{stem}{i % 10}" for i, (stem, _) in enumerate(nodes)]
+    free = {n: v for n, (_, v) in zip(names, nodes, strict=True)}
+    fc = _FreeCounts(names=names, by_length=sorted(names, key=len))
+    have = max(free.values())
+    want = min((nm for nm in fc.names if free[nm] == have), key=len)
+    assert next(nm for nm in fc.by_length if free[nm] == have) == want
