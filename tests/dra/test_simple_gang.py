@@ -555,6 +555,8 @@ def test_charges_sum_as_pick_by_pick(seed: int) -> None:
     got = _charges(classes, picks)
     want = _charges_pick_by_pick(classes, picks)
     assert (list(got[0].items()), got[1]) == (list(want[0].items()), want[1])
+    again = _charges(classes, picks)  # the devices' capacities now come from the cache
+    assert (list(again[0].items()), again[1]) == (list(want[0].items()), want[1])
     assert all(type(v) is Fraction for v in got[0].values())
 
 
