@@ -927,9 +927,15 @@ def _room(
             have = cap[r]
         else:
             have = (cap or {}).get(r, _ZERO)
-        free = have - used.get(r, _ZERO)
+        u = used.get(r, _ZERO)
+        e = extra.get(r, _ZERO) if extra else _ZERO
+        if have.denominator == 1 == u.denominator == e.denominator == need.denominator:
+            # whole amounts (most of them): the same floor in integers, without Fraction arithmetic
+            room = min(room, (have.numerator - u.numerator - e.numerator) // need.numerator)
+            continue
+        free = have - u
         if extra:
-            free -= extra.get(r, _ZERO)
+            free -= e
         room = min(room, free // need)
     return room
 

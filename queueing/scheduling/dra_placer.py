@@ -1023,7 +1023,13 @@ class DraPlacer:
         info = self._info(plan)
         for used, res in info.totals:
             for r, v in res:
-                used[r] = used.get(r, _ZERO) + v
+                have = used.get(r, _ZERO)
+                # whole amounts (most of them) add as integers: the same Fraction, made faster
+                used[r] = (
+                    Fraction(have.numerator + v.numerator)
+                    if have.denominator == 1 == v.denominator
+                    else have + v
+                )
         if not info.shared:
             cs.usage.take_all(info.picks)
             self._count_nodes(info.taken, 1)
@@ -1050,7 +1056,13 @@ class DraPlacer:
         info = self._info(plan)
         for used, res in info.totals:
             for r, v in res:
-                used[r] = used.get(r, _ZERO) - v
+                have = used.get(r, _ZERO)
+                # whole amounts (most of them) add as integers: the same Fraction, made faster
+                used[r] = (
+                    Fraction(have.numerator - v.numerator)
+                    if have.denominator == 1 == v.denominator
+                    else have - v
+                )
         if not info.shared:
             cs.usage.give_back_all(info.picks)
             self._count_nodes(info.taken, -1)

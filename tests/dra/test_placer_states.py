@@ -104,3 +104,49 @@ def test_quick_miss_best_node_is_the_first_shortest(nodes: list[tuple[str, int]]
     have = max(free.values())
     want = min((nm for nm in fc.names if free[nm] == have), key=len)
     assert next(nm for nm in fc.by_length if free[nm] == have) == want
+
+
+def test_node_resources_add_and_take_back_exactly() -> None:
+    """``_apply``/``_unapply`` add whole amounts as integers: the same Fractions as adding them."""
+    from fractions import Fraction
+
+    from queueing.scheduling.dra_placer import PodPlan
+
+    placer, _ = placer_and_jobs(3)
+    rng = random.Random(3)
+    cs = placer.cluster
+    want = [dict(u) for u in cs.used]
+    applied: list[DraPlan] = []
+    for _ in range(200):
+        if applied and rng.random() < 0.4:
+            plan = applied.pop(rng.randrange(len(applied)))
+            placer._unapply(plan)
+            sign = -1
+        else:
+            pods = tuple(
+                PodPlan(
+                    "main",
+                    i,
+                    f"p{i}",
+                    f"n{rng.randrange(3)}",
+                    (),
+                    node_resources=tuple(
+                        (r, Fraction(rng.randrange(0, 9), rng.choice([1, 1, 2, 1000])))
+                        for r in rng.sample(["cpu", "memory", "pods", "example.com/x"], 2)
+                    ),
+                )
+                for i in range(rng.randint(1, 3))
+            )
+            plan = DraPlan(pods)
+            placer._apply(plan)
+            applied.append(plan)
+            sign = 1
+        for pp in plan.pods:
+            i = cs.node_index[pp.node]
+            for r, v in pp.node_resources:
+                if v:
+                    want[i][r] = want[i].get(r, Fraction(0)) + sign * v
+        assert [{r: v for r, v in u.items() if v} for u in cs.used] == [
+            {r: v for r, v in u.items() if v} for u in want
+        ]
+        assert all(type(v) is Fraction for u in cs.used for v in u.values())

@@ -555,6 +555,8 @@ def test_charges_sum_as_pick_by_pick(seed: int) -> None:
     got = _charges(classes, picks)
     want = _charges_pick_by_pick(classes, picks)
     assert (list(got[0].items()), got[1]) == (list(want[0].items()), want[1])
+    again = _charges(classes, picks)  # the devices' capacities now come from the cache
+    assert (list(again[0].items()), again[1]) == (list(want[0].items()), want[1])
     assert all(type(v) is Fraction for v in got[0].values())
 
 
@@ -681,3 +683,33 @@ def test_take_all_and_give_back_all_are_one_by_one(seed: int) -> None:
             states[1].usage.take_all(picks)
             held.append(picks)
         assert book(states[0]) == book(states[1])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_room_is_the_least_floor_of_free_over_request(seed: int) -> None:
+    """``_room`` in integers where every amount is whole: the same as in Fractions."""
+    from queueing.dra.gang import _NO_BOUND, _room
+
+    rng = random.Random(seed)
+    nodes, slices, classes = cluster(rng)
+    st = ClusterState(nodes, slices, classes)
+
+    def amount() -> Fraction:
+        return Fraction(rng.randrange(0, 40), rng.choice([1, 1, 1, 2, 1000]))
+
+    names = ["cpu", "memory", "pods", "example.com/x", "example.com/y"]
+    for _ in range(60):
+        i = rng.randrange(len(st.nodes))
+        st.allocatable[i] = None if rng.random() < 0.1 else {r: amount() for r in rng.sample(names, 3)}
+        st.used[i] = {r: amount() / 4 for r in rng.sample(names, 2)}
+        extra = rng.choice([None, {}, {r: amount() / 8 for r in rng.sample(names, 2)}])
+        requests = [(r, amount() + Fraction(1, rng.choice([1, 1, 3]))) for r in rng.sample(names, 2)]
+        want = _NO_BOUND
+        cap = st.allocatable[i]
+        for r, need in requests:
+            if "/" not in r and (cap is None or r not in cap):
+                continue
+            free = (cap or {}).get(r, Fraction(0)) - st.used[i].get(r, Fraction(0))
+            free -= (extra or {}).get(r, Fraction(0))
+            want = min(want, free // need)
+        assert _room(st, i, requests, extra) == want
