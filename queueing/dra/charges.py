@@ -34,7 +34,7 @@ from queueing.api.core import Pod
 from queueing.api.resource import ResourceClaim
 from queueing.dra.extended import is_extended_resource_claim
 from queueing.dra.gang import ClusterState, GangResult
-from queueing.dra.inventory import InventoryDevice, Pick
+from queueing.dra.inventory import Pick
 
 __all__ = [
     "POD_GROUP_LABEL",
@@ -106,11 +106,6 @@ def _request_classes(claim: ResourceClaim) -> dict[str, str]:
     return classes
 
 
-# (class, device) -> per capacity of the device taken whole: (resource, denominator, numerator).
-# Devices hash by identity (a device of another inventory generation is another key); bounded.
-_whole: dict[tuple[str, InventoryDevice], tuple[tuple[str, int, int], ...]] = {}
-
-
 def _charges(
     classes: Mapping[str, str], picks: Sequence[Pick]
 ) -> tuple[dict[str, Fraction], tuple[tuple[str, str, str, str], ...]]:
@@ -140,11 +135,9 @@ def _charges(
                 for fq, amount in p.capacity
             ]
         elif not dev.multi:
-            whole = _whole.get((cls, dev))
+            whole = dev.whole_charges.get(cls)
             if whole is None:
-                if len(_whole) >= 65_536:
-                    _whole.clear()
-                whole = _whole[(cls, dev)] = tuple(
+                whole = dev.whole_charges[cls] = tuple(
                     (f"{cls}/{published}", cap.value.value.denominator, cap.value.value.numerator)
                     for published, cap in dev.capacity.values()
                 )

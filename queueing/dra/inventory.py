@@ -80,6 +80,11 @@ class InventoryDevice:
     binds_to_node: bool
     uses_counters: bool  # publishes consumesCounters (a partition of a partitionable device)
     pool_ok: bool  # pool complete and valid
+    # DeviceClass name -> per capacity, what taking the device whole charges: ("<class>/<name as
+    # published>", denominator, numerator); filled by ``charges._charges`` (a cache on the device)
+    whole_charges: dict[str, tuple[tuple[str, int, int], ...]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     @property
     def driver(self) -> str:
