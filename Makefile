@@ -38,9 +38,11 @@ test: lint typecheck pytest
 crds: $(STAMP)
 	$(BIN)/queueing crds
 
-bench: $(STAMP)
+bench: $(STAMP) postgres
 	$(BIN)/python bench/allocator.py
 	$(BIN)/python bench/ledger.py
+	$(BIN)/python bench/admission.py
+	$(BIN)/python bench/admission.py --shape large
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
