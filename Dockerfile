@@ -12,9 +12,10 @@ RUN apt-get update \
 RUN python -m venv /opt/queueing
 ENV PATH=/opt/queueing/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY queueing ./queueing
-# the Alembic migrations are package data (queueing/ledger/migrations/), installed with the package
+# the build context is the build's inputs only (.dockerignore is an allow-list: pyproject.toml,
+# README.md, queueing/, migrations/); the build maps the top-level migrations/ into the package
+# (queueing/ledger/_migrations/), so `queueing migrate` in the image needs nothing else
+COPY . ./
 RUN pip install --upgrade pip \
  && pip install . \
  && cd / && python -c "import queueing.cli, queueing.ledger.migrate as m; assert (m.MIGRATIONS_DIR / 'env.py').is_file() and str(m.MIGRATIONS_DIR).startswith('/opt/queueing/'), m.MIGRATIONS_DIR"

@@ -1,7 +1,10 @@
 """Alembic, driven from the package: the ``Config`` is built here, so migrations run from any directory.
 
-The migration scripts are package data (``queueing/ledger/migrations/``: ``env.py``, ``versions/``), so
-the wheel and any installed layout carry them next to this module.
+The migration scripts have one source, the top-level ``migrations/`` folder of the checkout (``env.py``,
+``script.py.mako``, ``versions/``), which admins also use with ``alembic -c alembic.ini``. The build
+maps that folder into the wheel as ``queueing/ledger/_migrations/`` (``[tool.setuptools.package-dir]``
+in ``pyproject.toml``), so an installed copy finds them next to this module, and a checkout (editable
+install) finds the top-level folder.
 
 Sync entry points (``upgrade``, ``downgrade``, ``current``) run their own event loop (the CLI);
 async ones (``upgrade_async`` ...) run on a caller's engine inside a running loop (tests, controller).
@@ -23,12 +26,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from queueing.ledger.engine import database_url
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+INSTALLED_DIR = Path(__file__).resolve().parent / "_migrations"  # in the wheel (mapped from migrations/)
+CHECKOUT_DIR = Path(__file__).resolve().parents[2] / "migrations"  # the top-level folder of a checkout
+MIGRATIONS_DIR = next((d for d in (INSTALLED_DIR, CHECKOUT_DIR) if (d / "env.py").is_file()), INSTALLED_DIR)
 
 
 def alembic_config(url: str | None = None, *, stdout: Any = None) -> Config:
     if not (MIGRATIONS_DIR / "env.py").is_file():
-        raise FileNotFoundError(f"the Alembic migrations are not at {MIGRATIONS_DIR}")
+        raise FileNotFoundError(
+            f"the Alembic migrations are neither at {INSTALLED_DIR} (installed package) "
+            f"nor at {CHECKOUT_DIR} (checkout)"
+        )
     cfg = Config(stdout=stdout or io.StringIO())
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("path_separator", "os")

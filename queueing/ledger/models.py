@@ -1,7 +1,7 @@
 """SQLAlchemy 2 declarative models of the ledger.
 
 Times are ``*_ms`` integers (epoch milliseconds, UTC); amounts are :class:`ExactAmount` (exact decimals).
-The Alembic migrations in ``queueing/ledger/migrations/versions`` create exactly this schema (a test compares them).
+The Alembic migrations in ``migrations/versions/`` (top level) create exactly this schema (a test compares them).
 """
 
 from __future__ import annotations

@@ -1,0 +1,163 @@
+"""The wheel carries the migrations (mapped from the top-level ``migrations/``), and ``queueing migrate``
+works from an installed copy with no checkout: the wheel is built from a copy of the build inputs (the
+same files the image's build context holds, see ``.dockerignore``), installed into a fresh virtualenv
+outside the checkout (``--no-deps``; the dependencies come from this interpreter's site-packages, so no
+package index is needed), and its ``queueing`` command migrates SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queueing.cli import main
+from queueing.ledger.migrate import head_revision
+
+from .conftest import BACKENDS, PgServer
+from .schema import REPO, clean_env, reflected_schema
+
+# the files the wheel is built from; the image's build context (.dockerignore) lets in exactly these
+BUILD_INPUTS = ("pyproject.toml", "README.md", "queueing", "migrations")
+
+
+def _run(args: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=300, **kw)
+
+
+@dataclass(frozen=True)
+class Installed:
+    wheel: Path
+    venv: Path
+    site_packages: Path
+
+    @property
+    def queueing(self) -> Path:
+        return self.venv / "bin" / "queueing"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    root = tmp_path_factory.mktemp("wheel")
+    src = root / "src"
+    src.mkdir()
+    for name in BUILD_INPUTS:
+        if (REPO / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+            shutil.copytree(REPO / name, src / name, ignore=ignore)
+        else:
+            shutil.copy(REPO / name, src / name)
+    dist = root / "dist"
+    # build isolation installs the build backend (setuptools>=68) from the configured package index
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(src)])
+    if built.returncode != 0:
+        offline = ("No matching distribution", "Could not find a version", "NewConnectionError", "Network")
+        if any(w in built.stdout + built.stderr for w in offline):
+            pytest.skip(f"cannot fetch the build backend (no package index?): {built.stderr[-300:]}")
+        raise AssertionError(f"pip wheel failed:\n{built.stdout}\n{built.stderr}")
+    (wheel,) = dist.glob("queueing-*.whl")
+
+    venv = root / "venv"
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    assert made.returncode == 0, made.stderr
+    python = venv / "bin" / "python"
+    pip_install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index"]
+    done = _run([*pip_install, "--quiet", str(wheel)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    purelib = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    )
+    # the dependencies: this interpreter's site-packages, after the venv's own (a path in a .pth file is
+    # appended to sys.path; the .pth files inside it, e.g. the checkout's editable hook, are not run)
+    ours = dict.fromkeys(
+        [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    )
+    (purelib / "_test_dependencies.pth").write_text("".join(f"{p}\n" for p in ours))
+    return Installed(wheel=wheel, venv=venv, site_packages=purelib)
+
+
+def test_the_wheel_carries_every_module_and_every_migration(installed: Installed) -> None:
+    with zipfile.ZipFile(installed.wheel) as z:
+        names = set(z.namelist())
+    migrations = {
+        "queueing/ledger/_migrations/" + p.relative_to(REPO / "migrations").as_posix()
+        for p in (REPO / "migrations").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert {"queueing/ledger/_migrations/env.py", "queueing/ledger/_migrations/script.py.mako"} <= migrations
+    assert any(n.startswith(f"queueing/ledger/_migrations/versions/{head_revision()}_") for n in migrations)
+    modules = {
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "queueing").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    expected = migrations | modules | {"queueing/py.typed"}
+    assert expected <= names, f"missing from {installed.wheel.name}: {sorted(expected - names)}"
+    # one source: nothing of the migrations outside the package, no copy under another name
+    assert not [n for n in names if n.startswith("migrations/") or "/ledger/migrations/" in n]
+
+
+def test_the_installed_copy_finds_its_migrations_without_the_checkout(
+    installed: Installed, tmp_path: Path
+) -> None:
+    where = _run(
+        [str(installed.venv / "bin" / "python"), "-c",
+         "import queueing.ledger.migrate as m; print(m.__file__); print(m.MIGRATIONS_DIR)"],
+        cwd=tmp_path, env=clean_env(),
+    )  # fmt: skip
+    assert where.returncode == 0, where.stderr
+    module, migrations = (Path(line) for line in where.stdout.splitlines())
+    assert module.is_relative_to(installed.site_packages), module  # the installed copy, not the checkout
+    assert migrations == installed.site_packages / "queueing" / "ledger" / "_migrations"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_queueing_migrate_from_the_installed_wheel(
+    installed: Installed, backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "sqlite":
+        url, checkout_url = (f"sqlite:///{tmp_path / name}" for name in ("installed.db", "checkout.db"))
+    else:
+        server: PgServer = request.getfixturevalue("pg_server")
+        url, checkout_url = server.create("wheel"), server.create("wheel_checkout")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = clean_env()
+
+    head = head_revision()
+    outputs = []
+    for args in (["upgrade", "head"], ["current"], ["downgrade", "base"], ["upgrade", "head"]):
+        ran = _run([str(installed.queueing), "migrate", *args, "--url", url], cwd=elsewhere, env=env)
+        assert ran.returncode == 0, (args, ran.stdout, ran.stderr)
+        outputs.append(ran.stdout.strip())
+    assert outputs == [
+        f"upgraded to {head}",
+        f"{head} (head)",
+        "downgraded to base",
+        f"upgraded to {head}",
+    ]
+    assert os.listdir(elsewhere) == []
+
+    # the same schema as the checkout's migrations build
+    assert main(["migrate", "upgrade", "head", "--url", checkout_url]) == 0
+    assert reflected_schema(url) == reflected_schema(checkout_url)
+
+
+def test_the_image_is_built_from_the_same_inputs() -> None:
+    """The Dockerfile copies its build context (``COPY . ./``) and installs it; the context is the
+    allow-list in ``.dockerignore``, which must be exactly the wheel's build inputs above."""
+    lines = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()]
+    rules = [ln for ln in lines if ln and not ln.startswith("#")]
+    assert rules[0] == "*", "the .dockerignore starts by leaving everything out"
+    assert {r.removeprefix("!").rstrip("/") for r in rules if r.startswith("!")} == set(BUILD_INPUTS)
+    dockerfile = [ln.split() for ln in (REPO / "Dockerfile").read_text().splitlines()]
+    copies = [words[1:] for words in dockerfile if words and words[0] == "COPY" and "--from" not in words[1]]
+    assert copies == [[".", "./"]], copies
