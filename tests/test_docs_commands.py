@@ -1,10 +1,12 @@
-"""The `queueing ...` commands shown in README.md and docs/*.md run as written.
+"""The `queueing ...` and `alembic ...` commands shown in README.md and docs/*.md run as written.
 
 Every command line in a ``sh``/``console``/``text`` block (``$ `` prompts stripped) that names a real
 subcommand and has no placeholders (FILE, NAME, ``...``, ``[...]``, ``a|b``) is run in order, in a
 scratch directory where ``examples/`` is visible, against a throwaway SQLite ledger: any ``--url``
 value and ``QUEUEING_DATABASE_URL`` point there, so commands that need a cluster (run, explain) are
-the only ones left out. A command that exits non-zero fails the test with its output.
+the only ones left out. ``alembic`` runs there too, on the checkout's ``alembic.ini`` and
+``migrations/`` (its commands that only read or migrate the database; never ``revision``, which writes
+files). A command that exits non-zero fails the test with its output.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-OFFLINE = {"simulate", "allocate", "crds", "migrate", "report"}
+OFFLINE = {
+    "queueing": {"simulate", "allocate", "crds", "migrate", "report"},
+    "alembic": {"upgrade", "downgrade", "current", "history", "heads", "check", "show"},
+}
+RUNNER = {"queueing": [sys.executable, "-m", "queueing"], "alembic": [sys.executable, "-m", "alembic"]}
 PLACEHOLDER = re.compile(r"\b[A-Z]{2,}\b|\.\.\.|\[|\||<|\$\{?\w")
 
 
@@ -47,7 +53,7 @@ def _commands(page: Path) -> list[tuple[int, list[str]]]:
             continue
         for i, raw in enumerate(lines):
             line = raw.strip().removeprefix("$ ").split("  #")[0].strip()
-            if not line.startswith("queueing "):
+            if line.split(" ")[0] not in OFFLINE:
                 continue
             line = line.split(" > ")[0]  # output redirection: the test keeps the output itself
             words = shlex.split(line)
@@ -57,7 +63,11 @@ def _commands(page: Path) -> list[tuple[int, list[str]]]:
                 for k, w in enumerate(words)
             ]
             checked = [w for k, w in enumerate(words) if not (k and words[k - 1] in ("--url", "--ledger"))]
-            if len(words) < 2 or words[1] not in OFFLINE or PLACEHOLDER.search(" ".join(checked[1:])):
+            if (
+                len(words) < 2
+                or words[1] not in OFFLINE[words[0]]
+                or PLACEHOLDER.search(" ".join(checked[1:]))
+            ):
                 continue
             out.append((first + i, words))
     return out
@@ -75,6 +85,8 @@ def test_doc_commands_run(page: Path, commands: list[tuple[int, list[str]]], tmp
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "crds").symlink_to(ROOT / "crds")
     (tmp_path / "docs").symlink_to(ROOT / "docs")
+    (tmp_path / "alembic.ini").symlink_to(ROOT / "alembic.ini")
+    (tmp_path / "migrations").symlink_to(ROOT / "migrations")
     url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
     env = {**os.environ, "QUEUEING_DATABASE_URL": url}
     env.pop("QUEUEING_CONFIG", None)
@@ -86,10 +98,10 @@ def test_doc_commands_run(page: Path, commands: list[tuple[int, list[str]]], tmp
         for i, a in enumerate(args):
             if a in ("--url", "--ledger") and i + 1 < len(args):
                 args[i + 1] = url
-        if args[0] == "crds" and "--check" not in args:
+        if words[0] == "queueing" and args[0] == "crds" and "--check" not in args:
             args.append("--check")  # never rewrite the committed files
         r = subprocess.run(
-            [sys.executable, "-m", "queueing", *args],
+            [*RUNNER[words[0]], *args],
             cwd=tmp_path,
             env=env,
             capture_output=True,
