@@ -47,6 +47,9 @@ def test_one_set_of_scripts_for_alembic_ini_and_queueing_migrate() -> None:
     # the single source: no Alembic environment or revision inside the package's source folder
     assert not list((REPO / "queueing").rglob("env.py"))
     assert not list((REPO / "queueing").rglob("*.mako"))
+    old = REPO / "queueing" / "ledger" / "migrations"
+    stray = sorted(p.name for p in old.rglob("*.py")) if old.exists() else []
+    assert not stray, f"revisions in the old place {old}: move them to migrations/versions/: {stray}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -12,6 +12,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     )
     (purelib / "_test_dependencies.pth").write_text("".join(f"{p}\n" for p in ours))
     return Installed(wheel=wheel, venv=venv, site_packages=purelib)
+
+
+def test_pyproject_lists_every_package() -> None:
+    """The packages are listed in pyproject.toml (find cannot add the mapped migrations folder): every
+    folder of queueing/ with Python modules is there, and the migrations come from migrations/."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "queueing").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    mapped = {"queueing.ledger._migrations", "queueing.ledger._migrations.versions"}
+    assert set(setuptools["packages"]) == folders | mapped, (
+        "add the new package to [tool.setuptools] packages"
+    )
+    assert setuptools["package-dir"] == {"queueing.ledger._migrations": "migrations"}
 
 
 def test_the_wheel_carries_every_module_and_every_migration(installed: Installed) -> None:
