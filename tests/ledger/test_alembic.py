@@ -1,6 +1,7 @@
 """The checkout's ``alembic.ini`` + ``migrations/``, driven by the ``alembic`` command as an admin runs it:
 the same scripts as ``queueing migrate``, the URL from the same setting, upgrade/downgrade/upgrade
-round trip to the same schema, and ``alembic check`` (models vs migrations) on both databases."""
+round trip to the same schema, and ``alembic check`` / ``queueing migrate check`` (models vs
+migrations) on both databases."""
 
 from __future__ import annotations
 
@@ -84,12 +85,14 @@ def test_alembic_upgrade_downgrade_upgrade_gives_the_same_schema(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_alembic_check_reports_no_drift_and_catches_one(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = _url(backend, tmp_path, request, "alembic_check")
     env = clean_env(url)
     _ok(alembic("upgrade", "head", env=env, cwd=tmp_path))
     assert "No new upgrade operations detected" in _ok(alembic("check", env=env, cwd=tmp_path))
+    assert main(["migrate", "check", "--url", url]) == 0  # the same check, from the package
+    assert capsys.readouterr().out.strip() == f"no drift: the schema at {head_revision()} matches the models"
 
     # a table no model knows: the check must see it (it compares the database with the models)
     async def add_table() -> None:
@@ -104,6 +107,14 @@ def test_alembic_check_reports_no_drift_and_catches_one(
     drift = alembic("check", env=env, cwd=tmp_path)
     assert drift.returncode != 0
     assert "New upgrade operations detected" in drift.stderr and "drift_probe" in drift.stderr, drift.stderr
+    assert main(["migrate", "check", "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert "New upgrade operations detected" in err and "drift_probe" in err, err
+
+    # a database behind head is not checked: upgrade it first
+    _ok(alembic("downgrade", "-1", env=env, cwd=tmp_path))
+    assert main(["migrate", "check", "--url", url]) == 2
+    assert "not up to date" in capsys.readouterr().err
 
 
 def test_alembic_takes_the_url_from_the_same_settings_as_queueing_migrate(

@@ -93,6 +93,8 @@ def test_migrate_command_errors(capsys) -> None:
     assert "unsupported backend 'mysql'" in capsys.readouterr().err
     assert main(["migrate", "upgrade", "nosuchrev", "--url", "sqlite://"]) == 2
     assert "nosuchrev" in capsys.readouterr().err
+    assert main(["migrate", "check", "head", "--url", "sqlite://"]) == 2
+    assert "check takes no revision" in capsys.readouterr().err
 
 
 def test_urls(monkeypatch: pytest.MonkeyPatch) -> None:
