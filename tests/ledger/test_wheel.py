@@ -151,7 +151,7 @@ def test_queueing_migrate_from_the_installed_wheel(
 
     head = head_revision()
     outputs = []
-    for args in (["upgrade", "head"], ["current"], ["downgrade", "base"], ["upgrade", "head"]):
+    for args in (["upgrade", "head"], ["current"], ["downgrade", "base"], ["upgrade", "head"], ["check"]):
         ran = _run([str(installed.queueing), "migrate", *args, "--url", url], cwd=elsewhere, env=env)
         assert ran.returncode == 0, (args, ran.stdout, ran.stderr)
         outputs.append(ran.stdout.strip())
@@ -160,6 +160,7 @@ def test_queueing_migrate_from_the_installed_wheel(
         f"{head} (head)",
         "downgraded to base",
         f"upgraded to {head}",
+        f"no drift: the schema at {head} matches the models",
     ]
     assert os.listdir(elsewhere) == []
 
