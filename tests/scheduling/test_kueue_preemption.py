@@ -109,3 +109,18 @@ def test_fair_sharing_reclaim_within_nominal_is_in_cohort_reclamation() -> None:
     placer = CountingPlacer(nodes(1, gpus=9))
     res = run_cycle(snapshot(cqs, lqs, [pre], adm), placer, 10.0, FS)  # type: ignore[arg-type]
     assert victims(res) == {"default/b1": "InCohortReclamation"}
+
+
+def test_docs_describe_the_api_flavor_fungibility_values() -> None:
+    # issue 17, fix 6: docs/scheduling.md named values the API rejects (Borrow, Preempt)
+    import re
+    import typing
+    from pathlib import Path
+
+    from queueing.api.v1beta1 import FungibilityPolicy
+
+    allowed = set(typing.get_args(FungibilityPolicy))
+    text = (Path(__file__).resolve().parents[2] / "docs" / "scheduling.md").read_text()
+    used = re.findall(r"`(whenCanBorrow|whenCanPreempt): (\w+)`", text)
+    assert {f for f, _ in used} == {"whenCanBorrow", "whenCanPreempt"}
+    assert [(f, v) for f, v in used if v not in allowed] == []
