@@ -30,11 +30,15 @@ preemption:
   candidates the first skipped, with what it took still gone: below the target's share before it),
   the shares compared just below the two queues' lowest common ancestor.
 
-Candidate order: workloads already being evicted, other ClusterQueues before the own, lower
-priority, more recently admitted, key. The chosen set is minimal in this order of preference:
-fewest victims (a single victim that suffices wins; pairs are searched when the greedy set is
-larger), then the candidate order (lowest priority, most recently admitted). After a greedy pass
-victims that are not needed are put back (Kueue's fill-back).
+Candidate order: workloads already being evicted, then Kueue's order above (within a group: other
+ClusterQueues before the own, lower priority, more recently admitted, key). Classical preemption
+keeps the set minimal in this order of preference: fewest victims (a single victim that suffices
+wins; pairs are searched when the greedy set is larger), then the candidate order; after a greedy
+pass victims that are not needed are put back (Kueue's fill-back). The fewest-victims preference is
+a deliberate difference from Kueue (one gang that frees a node rather than many small ones spread
+over several, see docs/migrating-from-kueue.md). With fair sharing the victims are the shortest
+prefix of Kueue's order that makes room, then filled back, as in Kueue (no single-victim shortcut:
+it would take from a queue the fair-sharing order does not reach).
 """
 
 from __future__ import annotations
@@ -873,7 +877,6 @@ class _Shares:
         # per ClusterQueue: its usage with ``base`` gone and then its first k candidates, k = 0, 1, ...
         self._usage: dict[str, list[dict[FlavorResource, int]]] = {}
         self._shares: dict[tuple[str, int], tuple[bool, ShareKey]] = {}
-        self._singles: dict[str, ShareKey] = {}
         self._floor: ShareKey | None = None
 
     @functools.cached_property
@@ -912,22 +915,6 @@ class _Shares:
                     shared[name] = got
             self._shares[(name, k)] = got
         return got
-
-    def without_one(self, a: AdmittedWorkload) -> ShareKey:
-        """The share of ``a``'s ClusterQueue with ``base`` and ``a`` alone gone."""
-        got = self._singles.get(a.key)
-        if got is None:
-            got = share_units(
-                self.ctx.tree, cq_id(a.cluster_queue), _minus(self.usage(a.cluster_queue, 0), a)
-            )[1]
-            self._singles[a.key] = got
-        return got
-
-    def mine(self, k: int, req: Mapping[FlavorResource, int]) -> ShareKey:
-        """The preemptor's ClusterQueue's share with ``req`` added, ``base`` and its first ``k``
-        candidates gone."""
-        name = self.ctx.cq.name
-        return share_units(self.ctx.tree, cq_id(name), self.usage(name, k), req)[1]
 
     def floor(self) -> ShareKey:
         """The preemptor's lowest possible share: every own candidate gone (taken out at once, as
@@ -973,11 +960,10 @@ def _fair_order(
     others: Sequence[AdmittedWorkload],
     req: Mapping[FlavorResource, int],
     strategies: Sequence[str],
-) -> tuple[list[AdmittedWorkload], list[AdmittedWorkload], dict[str, Reason]]:
-    """From quota alone (no placement), Kueue's fair-sharing order of victims: the single victims the
-    first strategy allows (best first), the order in which Kueue takes victims (``runFirstFsStrategy``
-    then, with what it took still gone, ``runSecondFsStrategy`` over the candidates the first
-    skipped) and each victim's reason.
+) -> tuple[list[AdmittedWorkload], dict[str, Reason]]:
+    """From quota alone (no placement), Kueue's fair-sharing order of victims: the order in which
+    Kueue takes them (``runFirstFsStrategy`` then, with what it took still gone,
+    ``runSecondFsStrategy`` over the candidates the first skipped) and each victim's reason.
 
     The first pass repeatedly picks the ClusterQueue with the highest share (the preemptor's own with
     its request added; equal shares by the candidate order of their first candidates; a queue that
@@ -1039,14 +1025,6 @@ def _fair_order(
     within = _within_nominal(ctx, cur(mine), req)
     other_reason: Reason = "InCohortReclamation" if within else "InCohortFairSharing"
     first = strategies[0] if strategies else "LessThanOrEqualToFinalShare"
-    singles: list[AdmittedWorkload] = []
-    for c in [*others, *own]:
-        if c.cluster_queue != mine:
-            if not share(c.cluster_queue)[0]:
-                continue
-            if not within and not _allows(first, *compare(c.cluster_queue, c)):
-                continue
-        singles.append(c)
 
     queues: dict[str, list[AdmittedWorkload]] = {}
     for a in sorted([*others, *own], key=order):
@@ -1107,7 +1085,7 @@ def _fair_order(
             mine_new, before, _ = compare(target, None)
             if mine_new < before:
                 take(c, other_reason)
-    return singles, seq, reasons
+    return seq, reasons
 
 
 def _fair_search(
@@ -1147,16 +1125,11 @@ def _fair_search(
         if probe is None:
             return None
         req = dict(probe.usage)
-    singles, greedy, reasons = _fair_order(shares, own, others, extra_units(req), strategies)
-    for c in singles:
-        if c.cluster_queue != ctx.cq.name and c.key not in reasons:
-            reasons[c.key] = "InCohortReclamation" if free_pass else "InCohortFairSharing"
-    # quota first (cheap), then placements only where quota allows; every set tried below is part
-    # of what the strategy allows: when quota does not allow all of it gone, it allows none
-    allowed = [*base, *set_union(singles, greedy)]
-    if ctx.monotone(allowed) and not ctx.quota_fits(allowed, allow_borrow=True):
+    greedy, reasons = _fair_order(shares, own, others, extra_units(req), strategies)
+    # quota first (cheap), then placements only where quota allows; every set tried below is a
+    # prefix of Kueue's order: when quota does not allow all of it gone, it allows none
+    if ctx.monotone([*base, *greedy]) and not ctx.quota_fits([*base, *greedy], allow_borrow=True):
         return None
-    singles = [c for c in singles if ctx.quota_fits([*base, c], allow_borrow=True)]
     # the shortest prefix of the greedy order that quota allows: quota only gets better the more is
     # taken out, so a binary search finds it
     start: int | None = None
@@ -1169,13 +1142,6 @@ def _fair_search(
             else:
                 lo = mid + 1
         start = lo
-    if not singles and start is None:
-        return None
-    # a single victim first (taking one plan out is cheap for the placer; taking every candidate out
-    # is not)
-    for c in singles:
-        if ctx.fits([*base, c], allow_borrow=True) is not None:
-            return [c], reasons
     if start is None:
         return None
     # before several prefixes are tried, the necessary condition: with every candidate gone it fits
@@ -1188,13 +1154,9 @@ def _fair_search(
             break
     else:
         return None
-    # put back what is not needed, then prefer a single sufficient victim among those chosen
+    # put back what is not needed (Kueue's fill-back)
     for c in list(reversed(removed[:-1])):
         trial = [x for x in removed if x.key != c.key]
         if ctx.fits([*base, *trial], allow_borrow=True) is not None:
             removed = trial
-    if len(removed) > 1:
-        for c in sorted(removed, key=_order(ctx.cq.name)):
-            if ctx.fits([*base, c], allow_borrow=True) is not None:
-                return [c], reasons
     return removed, reasons
