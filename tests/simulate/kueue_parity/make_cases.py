@@ -907,12 +907,23 @@ def rendered() -> dict[str, str]:
     return {f"{i:02d}-{c.slug()}.yaml": c.render() for i, c in enumerate(cases(), 1)}
 
 
+def doc_table() -> str:
+    """The Markdown table of the cases for docs/migrating-from-kueue.md (a test keeps it in step)."""
+    lines = ["| # | Kueue test (kubernetes-sigs/kueue) | case | preempted (reason) |", "|---|---|---|---|"]
+    for i, c in enumerate(cases(), 1):
+        file, test = c.source.split(" ")
+        got = ", ".join(f"{k8s(k)} ({v})" for k, v in sorted(c.preempted.items())) or "none"
+        lines.append(f"| {i:02d} | `{file.rsplit('/', 1)[-1]}` `{test}` | {c.name} | {got} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     for old in HERE.glob("[0-9][0-9]-*.yaml"):
         old.unlink()
     for name, text in rendered().items():
         (HERE / name).write_text(text)
-    print(f"wrote {len(rendered())} cases to {HERE}")
+    print(f"wrote {len(rendered())} cases to {HERE}; the table for docs/migrating-from-kueue.md:\n")
+    print(doc_table(), end="")
 
 
 if __name__ == "__main__":

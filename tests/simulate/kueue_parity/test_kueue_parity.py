@@ -49,6 +49,13 @@ def test_the_scenarios_are_what_make_cases_writes() -> None:
     )
 
 
+def test_docs_list_every_case_with_its_source() -> None:
+    doc = (HERE.parents[2] / "docs" / "migrating-from-kueue.md").read_text()
+    assert make_cases.doc_table() in doc, (
+        "copy the table make_cases.py prints into docs/migrating-from-kueue.md"
+    )
+
+
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_kueue_parity(path: Path) -> None:
     h = header(path)
