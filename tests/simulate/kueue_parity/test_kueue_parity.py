@@ -23,16 +23,17 @@ from queueing.simulate.scenario import load_scenario
 
 HERE = Path(__file__).resolve().parent
 CASES = sorted(HERE.glob("[0-9][0-9]-*.yaml"))
-HEADER = re.compile(r"^# (source|config|expect): (.*)$", re.M)
+HEADER = re.compile(r"^# (source|config|expect|divergence): (.*)$", re.M)
 
 
 def header(path: Path) -> dict[str, Any]:
     got = {k: v for k, v in HEADER.findall(path.read_text())}
-    assert set(got) == {"source", "config", "expect"}, f"{path.name}: header lines missing"
+    assert {"source", "config", "expect"} <= set(got), f"{path.name}: header lines missing"
     return {
         "source": got["source"],
         "config": yaml.safe_load(got["config"]),
         "expect": yaml.safe_load(got["expect"]),
+        "divergence": got.get("divergence", ""),
     }
 
 
@@ -56,7 +57,15 @@ def test_docs_list_every_case_with_its_source() -> None:
     )
 
 
-@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def _param(path: Path) -> Any:
+    why = header(path)["divergence"]
+    # a documented difference: Kueue's expectation must keep failing (strict), so the case and the
+    # docs are revisited when it changes
+    marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
+    return pytest.param(path, id=path.stem, marks=marks)
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in CASES])
 def test_kueue_parity(path: Path) -> None:
     h = header(path)
     want = h["expect"]
@@ -71,3 +80,12 @@ def test_kueue_parity(path: Path) -> None:
         e.event == "Admitted" and e.job == want["preemptor"] and e.time == at for e in result.events
     )
     assert (preempted, admitted) == (want["preempted"], want["admitted"]), h["source"]
+    # TestSchedule: the flavor of cpu of every workload admitted then, and the ones left pending
+    got = {e.job: e for e in result.events if e.event == "Admitted" and e.time == at}
+    for key, flavor in want.get("admittedWith", {}).items():
+        assert key in got, (h["source"], key, "not admitted")
+        adm = got[key].admission
+        assert adm is not None
+        assert {f["cpu"] for f in adm.assignment.flavors.values()} == {flavor}, (h["source"], key)
+    for key in want.get("pending", []):
+        assert key not in got, (h["source"], key, "admitted")
