@@ -5,7 +5,8 @@ Conventions (every model in ``queueing.api`` follows them):
 * Python attribute names are snake_case; the wire names are Kubernetes' camelCase (``alias``).
   Both are accepted on input (``populate_by_name``).
 * Unknown fields are kept, not dropped (``extra="allow"``), so an object read from the cluster and
-  written back loses nothing.
+  written back loses nothing; the specs of our own kinds reject them instead (``v1beta1.SpecModel``,
+  as ``kubectl --validate=strict``).
 * ``to_dict()`` serialises back to exactly what was given: only fields that were set, camelCase,
   JSON-compatible values. ``parse(obj)`` == ``parse(parse(obj).to_dict())`` and
   ``parse(obj).to_dict() == obj`` for any valid input.

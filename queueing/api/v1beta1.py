@@ -13,10 +13,11 @@ bounds, ``CEL_RULES``) so the API server rejects them too. ``crdgen`` turns thes
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, Strict, model_validator
 
@@ -31,6 +32,7 @@ __all__ = [
     "KINDS",
     "VERSION",
     "Admission",
+    "AdmissionScope",
     "AllocatedDevice",
     "BorrowWithinCohort",
     "ClaimPlacement",
@@ -210,6 +212,42 @@ def _unique(names: Iterable[str], path: str, what: str) -> None:
         seen.add(n)
 
 
+# ------------------------------------------------------------------ unknown fields
+class SpecModel(KubeModel):
+    """A structure users write (a spec, or a whole object): a field it does not have is an error naming
+    the field, as ``kubectl --validate=strict`` (and the API server with the generated CRDs) reports
+    it, not silently ignored. ``UNSUPPORTED``: Kueue fields of this structure the project does not
+    implement, with what to do instead. Status structures (written by the controller) keep what they
+    are given."""
+
+    UNSUPPORTED: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = _wire_names(cls)
+            for k in data:
+                if k not in known:
+                    note = cls.UNSUPPORTED.get(str(k))
+                    raise FieldError(str(k), f'unknown field "{k}"' + (f": {note}" if note else ""))
+        return data
+
+
+@functools.cache
+def _wire_names(model: type[KubeModel]) -> frozenset[str]:
+    """The field names a model accepts: wire (camelCase) and Python names."""
+    out: set[str] = set()
+    for name, f in model.model_fields.items():
+        out.add(name)
+        if f.alias:
+            out.add(f.alias)
+    return frozenset(out)
+
+
+_NOT_IMPLEMENTED = "a Kueue field queueing does not implement (see docs/migrating-from-kueue.md)"
+
+
 # ------------------------------------------------------------------ shared structures
 class Condition(KubeModel):
     """A metav1.Condition: one aspect of the object's current state."""
@@ -229,7 +267,7 @@ class Condition(KubeModel):
     message: str = Field(max_length=32768, description="Human-readable details about the transition.")
 
 
-class LabelSelectorRequirement(KubeModel):
+class LabelSelectorRequirement(SpecModel):
     key: str = Field(description="The label key the selector applies to.")
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
         description="The key's relationship to the values."
@@ -237,7 +275,7 @@ class LabelSelectorRequirement(KubeModel):
     values: list[str] | None = Field(default=None, description="Values for In and NotIn.")
 
 
-class LabelSelector(KubeModel):
+class LabelSelector(SpecModel):
     """A metav1.LabelSelector. Empty selects everything; null selects nothing."""
 
     match_labels: dict[str, str] | None = Field(default=None, description="Labels that must all match.")
@@ -263,7 +301,7 @@ class LabelSelector(KubeModel):
         return True
 
 
-class FairSharing(KubeModel):
+class FairSharing(SpecModel):
     """Properties of a ClusterQueue or Cohort in fair sharing."""
 
     weight: Quantity | None = Field(
@@ -294,7 +332,7 @@ class FairSharingStatus(KubeModel):
     )
 
 
-class ResourceQuota(KubeModel):
+class ResourceQuota(SpecModel):
     """Quota of one resource in one flavor."""
 
     name: ResourceName = Field(
@@ -353,7 +391,7 @@ class ResourceQuota(KubeModel):
         return self
 
 
-class FlavorQuotas(KubeModel):
+class FlavorQuotas(SpecModel):
     """Quotas of one ResourceFlavor for the resources of its group."""
 
     name: Name = Field(description="Name of a ResourceFlavor.")
@@ -365,7 +403,7 @@ class FlavorQuotas(KubeModel):
     )
 
 
-class ResourceGroup(KubeModel):
+class ResourceGroup(SpecModel):
     """Resources whose quota is provided together by a list of flavors."""
 
     covered_resources: list[ResourceName] = Field(
@@ -473,7 +511,13 @@ class FlavorUsage(KubeModel):
 
 
 # ------------------------------------------------------------------ ResourceFlavor
-class ResourceFlavorSpec(KubeModel):
+class ResourceFlavorSpec(SpecModel):
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "topologyName": "topology-aware scheduling is "
+        + _NOT_IMPLEMENTED
+        + "; use the pod-set topology annotations",
+    }
+
     node_labels: dict[str, str] | None = Field(
         default=None,
         max_length=8,
@@ -534,7 +578,7 @@ class ResourceFlavorSpec(KubeModel):
         return self
 
 
-class ResourceFlavor(KubeObject):
+class ResourceFlavor(SpecModel, KubeObject):
     """ResourceFlavor: a kind of nodes (hardware, pricing, location) that quota is defined for."""
 
     API_VERSION: ClassVar[str] = API_VERSION
@@ -557,7 +601,7 @@ StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
 FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor"]
 
 
-class BorrowWithinCohort(KubeModel):
+class BorrowWithinCohort(SpecModel):
     """Preemption in other ClusterQueues of the cohort while borrowing."""
 
     policy: Literal["Never", "LowerPriority"] = Field(
@@ -570,7 +614,7 @@ class BorrowWithinCohort(KubeModel):
     )
 
 
-class ClusterQueuePreemption(KubeModel):
+class ClusterQueuePreemption(SpecModel):
     """When a pending workload may preempt admitted ones."""
 
     reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = Field(
@@ -607,7 +651,7 @@ class ClusterQueuePreemption(KubeModel):
         return self
 
 
-class FlavorFungibility(KubeModel):
+class FlavorFungibility(SpecModel):
     """Whether to try the next flavor before borrowing or preempting in the current one."""
 
     when_can_borrow: FungibilityPolicy = Field(
@@ -620,20 +664,24 @@ class FlavorFungibility(KubeModel):
     )
 
 
-class AdmissionCheckStrategyRule(KubeModel):
-    name: str = Field(min_length=1, max_length=316, description="Name of an AdmissionCheck.")
-    on_flavors: list[Name] | None = Field(
-        default=None, max_length=64, description="Flavors the check runs for; empty means all."
+class AdmissionScope(SpecModel):
+    """Kueue's admissionScope: how workloads of this ClusterQueue are ordered for admission."""
+
+    admission_mode: Literal["UsageBasedAdmissionFairSharing", "NoAdmissionFairSharing"] = Field(
+        description=(
+            "UsageBasedAdmissionFairSharing: order the workloads by their LocalQueue's decayed usage "
+            "(needs admissionFairSharing in the controller configuration). NoAdmissionFairSharing: by "
+            "priority and time."
+        )
     )
 
 
-class AdmissionChecksStrategy(KubeModel):
-    admission_checks: list[AdmissionCheckStrategyRule] = Field(
-        min_length=1, max_length=64, description="Strategies for AdmissionChecks."
-    )
+class ClusterQueueSpec(SpecModel):
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "admissionChecks": "admission checks are " + _NOT_IMPLEMENTED,
+        "admissionChecksStrategy": "admission checks are " + _NOT_IMPLEMENTED,
+    }
 
-
-class ClusterQueueSpec(KubeModel):
     resource_groups: list[ResourceGroup] | None = Field(
         default=None,
         max_length=16,
@@ -666,9 +714,6 @@ class ClusterQueueSpec(KubeModel):
         default=None, description="Whether to try the next flavor before borrowing or preempting."
     )
     preemption: ClusterQueuePreemption | None = Field(default=None, description="Preemption policies.")
-    admission_checks_strategy: AdmissionChecksStrategy | None = Field(
-        default=None, description="AdmissionChecks required before admission, per flavor."
-    )
     stop_policy: StopPolicy = Field(
         default="None",
         description=(
@@ -677,6 +722,9 @@ class ClusterQueueSpec(KubeModel):
         ),
     )
     fair_sharing: FairSharing | None = Field(default=None, description="Fair-sharing properties.")
+    admission_scope: AdmissionScope | None = Field(
+        default=None, description="Admission fair sharing for this ClusterQueue (Kueue's admissionScope)."
+    )
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
         _no_limits_rule("cohortName", "borrowingLimit"),
@@ -718,7 +766,7 @@ class ClusterQueueStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = Field(default=None, description="Current fair-sharing state.")
 
 
-class ClusterQueue(KubeObject):
+class ClusterQueue(SpecModel, KubeObject):
     """ClusterQueue: quota per flavor and resource, its cohort, queueing strategy and preemption."""
 
     API_VERSION: ClassVar[str] = API_VERSION
@@ -746,7 +794,7 @@ class ClusterQueue(KubeObject):
 
 
 # ------------------------------------------------------------------ Cohort
-class CohortSpec(KubeModel):
+class CohortSpec(SpecModel):
     parent_name: Name | None = Field(
         default=None,
         description="Parent Cohort, if any. Unset: this Cohort is the root of its tree.",
@@ -777,7 +825,7 @@ class CohortStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = Field(default=None, description="Current fair-sharing state.")
 
 
-class Cohort(KubeObject):
+class Cohort(SpecModel, KubeObject):
     """Cohort: a group of ClusterQueues (and child Cohorts) that borrow from each other."""
 
     API_VERSION: ClassVar[str] = API_VERSION
@@ -793,7 +841,7 @@ class Cohort(KubeObject):
 
 
 # ------------------------------------------------------------------ LocalQueue
-class LocalQueueSpec(KubeModel):
+class LocalQueueSpec(SpecModel):
     cluster_queue: Name = Field(
         description="The ClusterQueue this LocalQueue submits its workloads to. Immutable.",
         json_schema_extra={
@@ -835,7 +883,7 @@ class LocalQueueStatus(KubeModel):
     )
 
 
-class LocalQueue(KubeObject):
+class LocalQueue(SpecModel, KubeObject):
     """LocalQueue: the namespaced entry point users submit workloads to."""
 
     API_VERSION: ClassVar[str] = API_VERSION
@@ -860,7 +908,7 @@ class LocalQueue(KubeObject):
 
 
 # ------------------------------------------------------------------ WorkloadPriorityClass
-class WorkloadPriorityClass(KubeObject):
+class WorkloadPriorityClass(SpecModel, KubeObject):
     """WorkloadPriorityClass: a named priority for workloads, independent of pod priority."""
 
     API_VERSION: ClassVar[str] = API_VERSION
@@ -884,7 +932,7 @@ class WorkloadPriorityClass(KubeObject):
 
 
 # ------------------------------------------------------------------ Workload
-class PriorityClassRef(KubeModel):
+class PriorityClassRef(SpecModel):
     """A reference to the priority class giving a workload its priority."""
 
     group: Literal["queueing.dra.io", "scheduling.k8s.io"] = Field(
@@ -912,7 +960,7 @@ class PriorityClassRef(KubeModel):
         return self
 
 
-class PodSetResourceClaim(KubeModel):
+class PodSetResourceClaim(SpecModel):
     """A ResourceClaim the pods of a podSet use (DRA).
 
     ``resourceClaimTemplateName``: every pod gets its own claim from the template (devices counted per
@@ -945,7 +993,7 @@ class PodSetResourceClaim(KubeModel):
         return self
 
 
-class PodSet(KubeModel):
+class PodSet(SpecModel):
     """A set of homogeneous pods: a template and a count."""
 
     name: PodSetName = Field(default="main", description="Name of the podSet, unique within the workload.")
@@ -1003,7 +1051,7 @@ class PodSet(KubeModel):
         return out
 
 
-class WorkloadSpec(KubeModel):
+class WorkloadSpec(SpecModel):
     pod_sets: list[PodSet] = Field(
         min_length=1,
         max_length=8,
@@ -1168,7 +1216,7 @@ class WorkloadStatus(KubeModel):
         return c is not None and c.status == "True"
 
 
-class Workload(KubeObject):
+class Workload(SpecModel, KubeObject):
     """Workload: a unit of admission (a gang of podSets) queued in a LocalQueue."""
 
     API_VERSION: ClassVar[str] = API_VERSION

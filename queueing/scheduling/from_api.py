@@ -174,7 +174,6 @@ def cluster_queue_spec(cq: ClusterQueue) -> ClusterQueueSpec:
     s = cq.spec
     p = s.preemption
     ff = s.flavor_fungibility
-    scope = (s.model_extra or {}).get("admissionScope") or {}
     return ClusterQueueSpec(
         name=cq.name,
         resource_groups=_groups(s.resource_groups),
@@ -199,8 +198,8 @@ def cluster_queue_spec(cq: ClusterQueue) -> ClusterQueueSpec:
         fair_weight=_weight(s.fair_sharing),
         stop_policy=s.stop_policy,
         namespace_selector=label_selector(s.namespace_selector),
-        admission_fair_sharing=isinstance(scope, dict)
-        and scope.get("admissionMode") == ADMISSION_FAIR_SHARING_MODE,
+        admission_fair_sharing=s.admission_scope is not None
+        and s.admission_scope.admission_mode == ADMISSION_FAIR_SHARING_MODE,
     )
 
 

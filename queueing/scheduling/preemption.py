@@ -6,25 +6,39 @@ placer state and re-running the preemptor's gang placement. A plan is only retur
 preemptor then fits (quota and placement); gangs are evicted whole (an admitted workload is one
 unit).
 
-Candidates (Kueue's policies):
+Candidates (Kueue's policies, ``pkg/scheduler/preemption``), using a flavor-resource that needs
+preemption:
 
 * own ClusterQueue, by ``withinClusterQueue``: ``LowerPriority`` (priority below the preemptor's)
   or ``LowerOrNewerEqualPriority`` (also equal priority admitted... created later);
-* other ClusterQueues of the same cohort tree that are borrowing, by ``reclaimWithinCohort``
-  (``LowerPriority`` or ``Any``); the preemptor must then fit without borrowing;
-* with ``borrowWithinCohort: LowerPriority`` also lower-priority workloads of borrowing
-  ClusterQueues (at most ``maxPriorityThreshold``) while the preemptor itself borrows;
-* with fair sharing, other ClusterQueues' workloads are taken from the ClusterQueue with the
-  highest dominant resource share first, subject to the configured strategies
-  (``LessThanOrEqualToFinalShare``: the preemptor's share with the workload admitted must not
-  exceed the target's share after the eviction; ``LessThanInitialShare``: it must be below the
-  target's share before it), tried in order.
+* other ClusterQueues of the same cohort tree, by ``reclaimWithinCohort`` (``LowerPriority`` or
+  ``Any``), only where that queue, and every cohort between it and the lowest common ancestor with
+  the preemptor's queue, uses more than its quota (checked again after every removal). Classical
+  preemption sorts them into Kueue's variants: *hierarchical* when the preemptor's request fits the
+  quota of its side of the tree below that ancestor (its own ClusterQueue's nominal quota, or a
+  cohort's subtree quota above it: any priority the policy allows, also while the preemptor
+  borrows); else *reclaim while borrowing* with ``borrowWithinCohort: LowerPriority`` for lower
+  priority (at most ``maxPriorityThreshold``); else *reclaim without borrowing* (the preemptor must
+  then fit without borrowing). Hierarchical candidates come first, then the others, then the own
+  queue's; the preemptor may keep borrowing unless only reclaim-without-borrowing candidates could
+  make room (Kueue's attempt order);
+* with fair sharing, other ClusterQueues' candidates where those queues borrow, in Kueue's order
+  (:func:`_fair_order`): the ClusterQueue with the highest share first; when the preemptor stays
+  within its nominal quota they are reclaimed (``InCohortReclamation``), else the strategies decide
+  (``LessThanOrEqualToFinalShare``: the preemptor's share with the workload admitted must not exceed
+  the target's share after the eviction; ``LessThanInitialShare``, the second pass over the
+  candidates the first skipped, with what it took still gone: below the target's share before it),
+  the shares compared just below the two queues' lowest common ancestor.
 
-Candidate order: workloads already being evicted, other ClusterQueues before the own, lower
-priority, more recently admitted, key. The chosen set is minimal in this order of preference:
-fewest victims (a single victim that suffices wins; pairs are searched when the greedy set is
-larger), then the candidate order (lowest priority, most recently admitted). After a greedy pass
-victims that are not needed are put back (Kueue's fill-back).
+Candidate order: workloads already being evicted, then Kueue's order above (within a group: other
+ClusterQueues before the own, lower priority, more recently admitted, key). Classical preemption
+keeps the set minimal in this order of preference: fewest victims (a single victim that suffices
+wins; pairs are searched when the greedy set is larger), then the candidate order; after a greedy
+pass victims that are not needed are put back (Kueue's fill-back). The fewest-victims preference is
+a deliberate difference from Kueue (one gang that frees a node rather than many small ones spread
+over several, see docs/migrating-from-kueue.md). With fair sharing the victims are the shortest
+prefix of Kueue's order that makes room, then filled back, as in Kueue (no single-victim shortcut:
+it would take from a queue the fair-sharing order does not reach).
 """
 
 from __future__ import annotations
@@ -90,6 +104,12 @@ class _Ctx:
     expected_units: list[list[tuple[FlavorResource, int]]]  # the same in units (QuotaTree.fit_units)
     # the preemptor's charges when known without placing it (one combination, exact charges)
     known_charges: dict[FlavorResource, Fraction] | None = None
+    # the flavor-resources that need preemption (Kueue's ``frsNeedPreemption``; every flavor-resource
+    # the preemptor charges when quota is not what is short, e.g. when only the placement fails)
+    need: frozenset[FlavorResource] = frozenset()
+    # per other ClusterQueue: the cohorts strictly between it and its lowest common ancestor with the
+    # preemptor's ClusterQueue (a candidate there is valid only while these exceed their quota too)
+    between: dict[str, tuple[str, ...]] = field(default_factory=dict)
     checks: int = 0
     placed: bool = False  # a placement was tried (the answer then depends on the placer state)
     memo: dict[tuple[frozenset[str], bool], Assignment | None] = field(default_factory=dict)
@@ -275,15 +295,19 @@ def _resources(wl: WorkloadInfo) -> set[str]:
     return out
 
 
-def _borrowing_after(tree: QuotaTree, removed: Sequence[AdmittedWorkload], cq: str) -> bool:
-    """Whether ``cq`` still uses more than its nominal quota once ``removed`` are gone."""
-    node = tree.node(cq_id(cq))
-    usage = dict(node.usage)
-    for a in removed:
-        if a.cluster_queue == cq:
-            for fr, v in a.usage.items():
-                usage[fr] = usage.get(fr, 0) - to_units(v)
-    return any(v > node.subtree.get(fr, 0) for fr, v in usage.items())
+def _over_quota(
+    node_usage: Mapping[FlavorResource, int],
+    subtree: Mapping[FlavorResource, int],
+    need: frozenset[FlavorResource],
+) -> bool:
+    """Whether a node uses more than its quota in one of ``need`` (not Kueue's ``IsWithinNominalInResources``)."""
+    return any(node_usage.get(fr, 0) > subtree.get(fr, 0) for fr in need)
+
+
+def _borrowing_after(ctx: _Ctx, removed: Sequence[AdmittedWorkload], cq: str) -> bool:
+    """Whether ClusterQueue ``cq`` still uses more than its nominal quota in a flavor-resource that
+    needs preemption once ``removed`` are gone."""
+    return _over_quota(ctx.cq_usage_without(cq, removed), ctx.tree.node(cq_id(cq)).subtree, ctx.need)
 
 
 @dataclass(frozen=True)
@@ -507,6 +531,8 @@ def _plan_preemption(
     known = expected[0] if len(expected) == 1 and assigner.charges_known(cq, wl) else None
     units = [assigner.expected_units(cq, wl, counts, c) for c in combos]
     ctx = _Ctx(wl, cq, counts, combos, tree, state, assigner, placer, expected, units, known)
+    ctx.need = _need_preemption(ctx)
+    need = ctx.need
     names = _resources(wl)
     root = tree.root_of(cq.name)
     own: list[AdmittedWorkload] = []
@@ -526,6 +552,9 @@ def _plan_preemption(
         if evict:
             evicting.append(a)
             continue
+        # Kueue's WorkloadUsesResources: a flavor-resource that needs preemption
+        if used is not None and not any(a.usage.get(fr) for fr in need):
+            continue
         if q == cq.name:
             w = pol.within_cluster_queue
             if (w == "LowerPriority" and p < wl.priority) or (
@@ -533,7 +562,9 @@ def _plan_preemption(
                 and (p < wl.priority or (p == wl.priority and a.workload.order_time > wl.order_time))
             ):
                 own.append(a)
-        else:
+        elif pol.reclaim_within_cohort == "Any" or (
+            pol.reclaim_within_cohort == "LowerPriority" and p < wl.priority
+        ):
             others.append(a)
 
     # workloads already being evicted count as gone
@@ -544,41 +575,165 @@ def _plan_preemption(
 
     key = _order(cq.name)
     own.sort(key=key)
+    if others:
+        _link_others(ctx, others)
     fair = config.fair_sharing.enable and cq.cohort is not None
-    reclaim: list[AdmittedWorkload] = []
-    if pol.reclaim_within_cohort != "Never":
-        reclaim = [
-            a for a in others if pol.reclaim_within_cohort == "Any" or a.workload.priority < wl.priority
-        ]
-    borrow_pool: list[AdmittedWorkload] = []
-    if pol.borrow_within_cohort == "LowerPriority":
-        thr = pol.max_priority_threshold
-        borrow_pool = [
-            a
-            for a in others
-            if a.workload.priority < wl.priority and (thr is None or a.workload.priority <= thr)
-        ]
-
-    attempts: list[tuple[list[AdmittedWorkload], bool, Reason]] = []
-    if fair and (reclaim or borrow_pool):
-        fair_others = set_union(reclaim, borrow_pool)  # put in order once pruned (_fair_search)
-        shares = _Shares(ctx, evicting, own, fair_others, shared)
-        for strategy in config.fair_sharing.preemption_strategies:
-            victims = _fair_search(ctx, shares, evicting, own, fair_others, strategy)
+    if fair:
+        # Kueue's fair sharing: other ClusterQueues' candidates where those queues borrow
+        fair_others = [a for a in others if _borrowing_after(ctx, (), a.cluster_queue)]
+        if own or fair_others:
+            shares = _Shares(ctx, evicting, own, fair_others, shared)
+            found = _fair_search(
+                ctx, shares, evicting, own, fair_others, config.fair_sharing.preemption_strategies
+            )
+            if found is not None:
+                return _plan(ctx, evicting, *found), ctx
+        if own:
+            victims = _search(ctx, evicting, own, True, config.max_preemption_pairs)
             if victims is not None:
-                return _plan(ctx, evicting, victims, "InCohortFairSharing"), ctx
-    # with fair sharing, other ClusterQueues' workloads are only taken by the fair-sharing rules
-    if reclaim and not fair:
-        attempts.append((sorted(set_union(own, reclaim), key=key), False, "InCohortReclamation"))
-    if borrow_pool and not fair:
-        attempts.append((sorted(set_union(own, borrow_pool), key=key), True, "InCohortReclaimWhileBorrowing"))
-    if own:
-        attempts.append((own, True, "InClusterQueue"))
-    for cands, allow_borrow, reason in attempts:
-        victims = _search(ctx, evicting, cands, allow_borrow, config.max_preemption_pairs)
+                return _plan(ctx, evicting, victims, {}), ctx
+        return None, ctx
+    return _classical(ctx, evicting, own, others, key, config.max_preemption_pairs), ctx
+
+
+# Kueue's preemption variants of a candidate in another ClusterQueue (classical preemption)
+_HIERARCHICAL = "HierarchicalReclaim"  # the preemptor is closer to the quota the candidate uses
+_WITHOUT_BORROWING = "ReclaimWithoutBorrowing"  # only if the preemptor then does not borrow
+_WHILE_BORROWING = "ReclaimWhileBorrowing"  # also while the preemptor borrows
+_VARIANT_REASON: dict[str, Reason] = {
+    _HIERARCHICAL: "InCohortReclamation",
+    _WITHOUT_BORROWING: "InCohortReclamation",
+    _WHILE_BORROWING: "InCohortReclaimWhileBorrowing",
+}
+
+
+def _need_preemption(ctx: _Ctx) -> frozenset[FlavorResource]:
+    """The flavor-resources of the preemptor's request that do not fit what is available now (the
+    ones Kueue's flavor assigner marks ``Preempt``), over every flavor combination tried; when quota
+    is not what is short (only the placement fails) every flavor-resource it charges."""
+    tree, name = ctx.tree, ctx.cq.name
+    short: set[FlavorResource] = set()
+    charged: set[FlavorResource] = set()
+    for units in ctx.expected_units:
+        for fr, v in units:
+            if v <= 0:
+                continue
+            charged.add(fr)
+            if v > to_units(tree.available(name, fr)):
+                short.add(fr)
+    return frozenset(short or charged)
+
+
+def _fits_in_quota(
+    node: Any, request: Mapping[FlavorResource, int]
+) -> tuple[bool, dict[FlavorResource, int]]:
+    """Kueue's ``QuantitiesFitInQuota``: whether ``request`` fits the node's own subtree quota on top
+    of its usage, and what is left of it for the parent after the node's unused guaranteed quota."""
+    fits = True
+    rest: dict[FlavorResource, int] = {}
+    for fr, v in request.items():
+        if node.subtree.get(fr, 0) < node.usage.get(fr, 0) + v:
+            fits = False
+        rest[fr] = max(0, v - node.local_available(fr))
+    return fits, rest
+
+
+def _link_others(ctx: _Ctx, others: Sequence[AdmittedWorkload]) -> None:
+    """Fill ``ctx.between`` for the ClusterQueues of ``others``."""
+    tree = ctx.tree
+    mine = tree.path(ctx.cq.name)
+    on_path = set(mine)
+    for q in {a.cluster_queue for a in others}:
+        if q in ctx.between:
+            continue
+        path = tree.path(q)  # root .. q
+        i = len(path) - 2
+        while i >= 0 and path[i] not in on_path:
+            i -= 1
+        ctx.between[q] = tuple(path[i + 1 : -1])
+
+
+def _lca(ctx: _Ctx, q: str) -> str:
+    """The lowest common ancestor (a cohort id) of ClusterQueue ``q`` and the preemptor's queue."""
+    path = ctx.tree.path(q)
+    between = ctx.between.get(q, ())
+    return path[len(path) - 2 - len(between)]
+
+
+def _advantage(ctx: _Ctx) -> dict[str, bool]:
+    """Per cohort on the preemptor's path: whether the preemptor has Kueue's hierarchical advantage
+    over candidates whose lowest common ancestor with it is that cohort (its request fits the quota
+    of the subtree below, the preemptor's own ClusterQueue included)."""
+    tree = ctx.tree
+    node = tree.node(cq_id(ctx.cq.name))
+    request: dict[FlavorResource, int] = {}
+    for fr, v in ctx.expected_units[0] if ctx.expected_units else ():
+        request[fr] = request.get(fr, 0) + v
+    fits, rest = _fits_in_quota(node, request)
+    out: dict[str, bool] = {}
+    n = node.parent
+    while n is not None:
+        out[n.id] = fits
+        f, rest = _fits_in_quota(n, rest)
+        fits = fits or f
+        n = n.parent
+    return out
+
+
+def _classical(
+    ctx: _Ctx,
+    evicting: Sequence[AdmittedWorkload],
+    own: Sequence[AdmittedWorkload],
+    others: Sequence[AdmittedWorkload],
+    key: Callable[[AdmittedWorkload], Any],
+    max_pairs: int,
+) -> PreemptionPlan | None:
+    """Kueue's classical preemption (``classicalPreemptions``): candidates of other ClusterQueues
+    only where those queues (and the cohorts up to the common ancestor) exceed their quota;
+    hierarchical candidates first, then priority candidates, then the own queue's; the preemptor may
+    keep borrowing unless a candidate may only be taken if it does not."""
+    pol = ctx.cq.preemption
+    forbidden = pol.borrow_within_cohort == "Never"
+    thr = pol.max_priority_threshold
+    prio = ctx.wl.priority
+    adv = _advantage(ctx) if others else {}
+    variant: dict[str, str] = {}
+    hier: list[AdmittedWorkload] = []
+    by_prio: list[AdmittedWorkload] = []
+    for a in others:
+        if not _removable(ctx, (), a):  # not exceeding its quota: never a candidate (Kueue)
+            continue
+        p = a.workload.priority
+        if adv.get(_lca(ctx, a.cluster_queue), False):
+            variant[a.key] = _HIERARCHICAL
+            hier.append(a)
+            continue
+        above = p >= prio or (thr is not None and p > thr)
+        variant[a.key] = _WITHOUT_BORROWING if forbidden or above else _WHILE_BORROWING
+        by_prio.append(a)
+    hier.sort(key=key)
+    by_prio.sort(key=key)
+    if (not hier and not by_prio) or (forbidden and not _under_nominal(ctx)):
+        attempts = [True]
+    elif forbidden and not hier:
+        attempts = [False, True]
+    else:
+        attempts = [True, False]
+    reasons: dict[str, Reason] = {k: _VARIANT_REASON[v] for k, v in variant.items()}
+    for borrow in attempts:
+        pool = [a for a in by_prio if not borrow or variant[a.key] != _WITHOUT_BORROWING]
+        cands = [*hier, *pool, *own]
+        victims = _search(ctx, evicting, cands, borrow, max_pairs)
         if victims is not None:
-            return _plan(ctx, evicting, victims, reason), ctx
-    return None, ctx
+            return _plan(ctx, evicting, victims, reasons)
+    return None
+
+
+def _under_nominal(ctx: _Ctx) -> bool:
+    """Kueue's ``queueUnderNominalInResourcesNeedingPreemption``: the preemptor's queue uses less than
+    its nominal quota in every flavor-resource that needs preemption."""
+    node = ctx.tree.node(cq_id(ctx.cq.name))
+    return all(node.usage.get(fr, 0) < node.subtree.get(fr, 0) for fr in ctx.need)
 
 
 def set_union(a: Sequence[AdmittedWorkload], b: Sequence[AdmittedWorkload]) -> list[AdmittedWorkload]:
@@ -589,8 +744,13 @@ def set_union(a: Sequence[AdmittedWorkload], b: Sequence[AdmittedWorkload]) -> l
 
 
 def _plan(
-    ctx: _Ctx, evicting: Sequence[AdmittedWorkload], victims: Sequence[AdmittedWorkload], reason: Reason
+    ctx: _Ctx,
+    evicting: Sequence[AdmittedWorkload],
+    victims: Sequence[AdmittedWorkload],
+    reasons: Mapping[str, Reason],
 ) -> PreemptionPlan | None:
+    """The plan evicting ``victims``; ``reasons``: the reason of each victim in another ClusterQueue
+    (own-queue victims are ``InClusterQueue``)."""
     got = ctx.fits([*evicting, *victims], allow_borrow=True)
     if got is None:
         return None
@@ -598,7 +758,7 @@ def _plan(
         Victim(
             v.key,
             v.cluster_queue,
-            "InClusterQueue" if v.cluster_queue == ctx.cq.name else reason,
+            "InClusterQueue" if v.cluster_queue == ctx.cq.name else reasons[v.key],
             v.workload.priority,
         )
         for v in victims
@@ -607,10 +767,19 @@ def _plan(
 
 
 def _removable(ctx: _Ctx, removed: Sequence[AdmittedWorkload], a: AdmittedWorkload) -> bool:
-    """Other ClusterQueues' workloads may only be taken while that queue is borrowing."""
+    """Kueue's ``candidateIsValid``: an own-queue candidate always is; another ClusterQueue's only
+    while that queue, and every cohort between it and the lowest common ancestor with the preemptor's
+    queue, still uses more than its quota in a flavor-resource that needs preemption."""
     if a.cluster_queue == ctx.cq.name:
         return True
-    return _borrowing_after(ctx.tree, removed, a.cluster_queue)
+    if not _borrowing_after(ctx, removed, a.cluster_queue):
+        return False
+    between = ctx.between.get(a.cluster_queue)
+    if not between:
+        return True
+    with ctx._without(removed):
+        tree = ctx.tree
+        return all(_over_quota(tree.node(n).usage, tree.node(n).subtree, ctx.need) for n in between)
 
 
 def _quota_may_pass(
@@ -708,7 +877,6 @@ class _Shares:
         # per ClusterQueue: its usage with ``base`` gone and then its first k candidates, k = 0, 1, ...
         self._usage: dict[str, list[dict[FlavorResource, int]]] = {}
         self._shares: dict[tuple[str, int], tuple[bool, ShareKey]] = {}
-        self._singles: dict[str, ShareKey] = {}
         self._floor: ShareKey | None = None
 
     @functools.cached_property
@@ -748,22 +916,6 @@ class _Shares:
             self._shares[(name, k)] = got
         return got
 
-    def without_one(self, a: AdmittedWorkload) -> ShareKey:
-        """The share of ``a``'s ClusterQueue with ``base`` and ``a`` alone gone."""
-        got = self._singles.get(a.key)
-        if got is None:
-            got = share_units(
-                self.ctx.tree, cq_id(a.cluster_queue), _minus(self.usage(a.cluster_queue, 0), a)
-            )[1]
-            self._singles[a.key] = got
-        return got
-
-    def mine(self, k: int, req: Mapping[FlavorResource, int]) -> ShareKey:
-        """The preemptor's ClusterQueue's share with ``req`` added, ``base`` and its first ``k``
-        candidates gone."""
-        name = self.ctx.cq.name
-        return share_units(self.ctx.tree, cq_id(name), self.usage(name, k), req)[1]
-
     def floor(self) -> ShareKey:
         """The preemptor's lowest possible share: every own candidate gone (taken out at once, as
         the placement checks do), the expected charges of the preemptor added."""
@@ -793,52 +945,147 @@ def _allows(strategy: str, mine: ShareKey, before: ShareKey, after: ShareKey) ->
     return mine < before
 
 
-def _strategy_order(
+def _within_nominal(
+    ctx: _Ctx, usage: Mapping[FlavorResource, int], req: Mapping[FlavorResource, int]
+) -> bool:
+    """Kueue's ``FairSharingPreemptWithinNominal``: with its request added the preemptor's queue stays
+    within its nominal quota in every flavor-resource that needs preemption."""
+    subtree = ctx.tree.node(cq_id(ctx.cq.name)).subtree
+    return all(usage.get(fr, 0) + req.get(fr, 0) <= subtree.get(fr, 0) for fr in ctx.need)
+
+
+def _fair_order(
     shares: _Shares,
     own: Sequence[AdmittedWorkload],
     others: Sequence[AdmittedWorkload],
     req: Mapping[FlavorResource, int],
-    strategy: str,
-) -> tuple[list[AdmittedWorkload], list[AdmittedWorkload]]:
-    """Which victims the fair-sharing strategy allows, from quota alone (no placement): the single
-    victims it allows (best first) and the greedy order (from the ClusterQueue with the highest
-    share first, while the strategy allows)."""
-    mine_cq = shares.ctx.cq.name
-    mine0 = shares.mine(0, req)
-    singles: list[AdmittedWorkload] = []  # single victims the strategy allows, best first
-    # candidate order: ``others`` (other ClusterQueues') before ``own``, each in order
-    for c in [*others, *own]:
-        if c.cluster_queue != mine_cq:
-            borrowing, before0 = shares.share(c.cluster_queue)
-            if not borrowing or not _allows(strategy, mine0, before0, shares.without_one(c)):
+    strategies: Sequence[str],
+) -> tuple[list[AdmittedWorkload], dict[str, Reason]]:
+    """From quota alone (no placement), Kueue's fair-sharing order of victims: the order in which
+    Kueue takes them (``runFirstFsStrategy`` then, with what it took still gone,
+    ``runSecondFsStrategy`` over the candidates the first skipped) and each victim's reason.
+
+    The first pass repeatedly picks the ClusterQueue with the highest share (the preemptor's own with
+    its request added; equal shares by the candidate order of their first candidates; a queue that
+    does not borrow, other than the preemptor's, or has no candidates left drops out): from the own
+    queue its next candidate; from another queue, when the preemptor stays within its nominal quota,
+    its next candidate (``InCohortReclamation``), else the first candidate the strategy allows
+    (``InCohortFairSharing``), the ones before it kept for the second pass. The second pass (only
+    ``LessThanInitialShare``) takes, per ClusterQueue in the same order, its first skipped candidate
+    if the preemptor's share is below the queue's, then drops the queue."""
+    ctx = shares.ctx
+    mine = ctx.cq.name
+    tree = ctx.tree
+    order = _order(mine)
+    usage: dict[str, dict[FlavorResource, int]] = {}
+
+    def cur(name: str) -> dict[FlavorResource, int]:
+        got = usage.get(name)
+        if got is None:
+            got = usage[name] = dict(shares.usage(name, 0))
+        return got
+
+    def share(name: str, u: Mapping[FlavorResource, int] | None = None) -> tuple[bool, ShareKey]:
+        return share_units(tree, cq_id(name), cur(name) if u is None else u, req if name == mine else None)
+
+    mine_path = tree.path(mine)
+    base = shares.base
+    seq: list[AdmittedWorkload] = []  # the victims in the order Kueue takes them
+
+    def almost_lca(target: str) -> tuple[str, str]:
+        """The children of the lowest common ancestor of ``mine`` and ``target`` on their paths."""
+        path = tree.path(target)
+        i = 0
+        while i < min(len(path), len(mine_path)) and path[i] == mine_path[i]:
+            i += 1
+        return mine_path[i], path[i]
+
+    def compare(target: str, c: AdmittedWorkload | None) -> tuple[ShareKey, ShareKey, ShareKey]:
+        """Kueue's ``ComputeShares`` and ``ComputeTargetShareAfterRemoval``: the shares of the
+        preemptor's and the target's side just below their lowest common ancestor (the preemptor's
+        with its request added), the target's before and after ``c`` is gone."""
+        pre, tgt = almost_lca(target)
+        if pre == cq_id(mine) and tgt == cq_id(target):  # siblings: the ClusterQueues' own shares
+            before = share(target)[1]
+            after = share(target, _minus(cur(target), c))[1] if c is not None else before
+            return share(mine)[1], before, after
+        with ctx._without([*base, *seq]):  # in the tree: a cohort's share depends on its children
+            tree.add_units(mine, req)
+            try:
+                mine_new = share_units(tree, pre)[1]
+                before = share_units(tree, tgt)[1]
+                after = before
+                if c is not None:
+                    with ctx._without([c]):
+                        after = share_units(tree, tgt)[1]
+            finally:
+                tree.remove_units(mine, req)
+        return mine_new, before, after
+
+    within = _within_nominal(ctx, cur(mine), req)
+    other_reason: Reason = "InCohortReclamation" if within else "InCohortFairSharing"
+    first = strategies[0] if strategies else "LessThanOrEqualToFinalShare"
+
+    queues: dict[str, list[AdmittedWorkload]] = {}
+    for a in sorted([*others, *own], key=order):
+        queues.setdefault(a.cluster_queue, []).append(a)
+    reasons: dict[str, Reason] = {}
+    retry: list[AdmittedWorkload] = []
+
+    def take(a: AdmittedWorkload, reason: Reason) -> None:
+        seq.append(a)
+        reasons[a.key] = reason
+        usage[a.cluster_queue] = _minus(cur(a.cluster_queue), a)
+
+    def next_target(live: dict[str, list[AdmittedWorkload]]) -> str | None:
+        best: str | None = None
+        best_key: tuple[ShareKey, Any] | None = None
+        for name in sorted(live):
+            lst = live[name]
+            borrowing, k = share(name)
+            if not lst or (not borrowing and name != mine):
+                del live[name]
                 continue
-        singles.append(c)
-    # the greedy order: from the ClusterQueue with the highest share while the strategy allows
-    by_cq = shares.by_cq
-    taken = dict.fromkeys({c.cluster_queue for c in [*own, *others]}, 0)  # taken per ClusterQueue
-    # the ClusterQueues that still have candidates: name -> (share, name), the greedy's order
-    heads = {n: (shares.share(n)[1], n) for n in taken}
-    greedy: list[AdmittedWorkload] = []
-    mine_key: ShareKey | None = None
-    while heads:
-        target = max(heads.values())[1]
-        k = taken[target]
-        if target != mine_cq:
-            borrowing, before = shares.share(target, k)
-            if mine_key is None:
-                mine_key = shares.mine(taken.get(mine_cq, 0), req)
-            if not borrowing or not _allows(strategy, mine_key, before, shares.share(target, k + 1)[1]):
-                del heads[target]
-                continue
-        else:
-            mine_key = None
-        greedy.append(by_cq[target][k])
-        taken[target] = k + 1
-        if k + 1 == len(by_cq[target]):
-            del heads[target]
-        else:
-            heads[target] = (shares.share(target, k + 1)[1], target)
-    return singles, greedy
+            if best_key is None or k > best_key[0] or (k == best_key[0] and order(lst[0]) < best_key[1]):
+                best, best_key = name, (k, order(lst[0]))
+        return best
+
+    live = {n: list(v) for n, v in queues.items()}
+    while True:
+        target = next_target(live)
+        if target is None:
+            break
+        lst = live[target]
+        if target == mine:
+            take(lst.pop(0), "InClusterQueue")
+            continue
+        if within:
+            take(lst.pop(0), "InCohortReclamation")
+            continue
+        mine_new, before, _ = compare(target, None)
+        if mine_new[0] == 1 and before[0] != 1:  # infinite preemptor share: nothing passes
+            retry.extend(lst)
+            lst.clear()
+            continue
+        while lst:
+            c = lst.pop(0)
+            if _allows(first, *compare(target, c)):
+                take(c, other_reason)
+                break
+            retry.append(c)
+    if len(strategies) > 1 and retry:
+        second: dict[str, list[AdmittedWorkload]] = {}
+        for a in sorted(retry, key=order):
+            second.setdefault(a.cluster_queue, []).append(a)
+        while True:
+            target = next_target(second)
+            if target is None:
+                break
+            c = second.pop(target)[0]
+            mine_new, before, _ = compare(target, None)
+            if mine_new < before:
+                take(c, other_reason)
+    return seq, reasons
 
 
 def _fair_search(
@@ -847,19 +1094,21 @@ def _fair_search(
     base: Sequence[AdmittedWorkload],
     own: Sequence[AdmittedWorkload],
     others: Sequence[AdmittedWorkload],
-    strategy: str,
-) -> list[AdmittedWorkload] | None:
-    """Kueue's fair-sharing preemption: take from the ClusterQueue with the highest share first,
-    as long as the strategy allows; own ClusterQueue candidates by the withinClusterQueue policy."""
+    strategies: Sequence[str],
+) -> tuple[list[AdmittedWorkload], dict[str, Reason]] | None:
+    """Kueue's fair-sharing preemption (:func:`_fair_order`): the victims and their reasons."""
     # prune: a target queue whose share is below the preemptor's lowest possible share (all own
     # candidates gone, the expected charges of the preemptor added) can never satisfy either
     # strategy; the shares of other queues do not change by evicting from a third one
+    # (not when the preemptor stays within its nominal quota: then no strategy is asked)
     floor = shares.floor()
-    strict = strategy == "LessThanInitialShare"
+    strict = all(st == "LessThanInitialShare" for st in strategies)
+    req0 = extra_units(ctx.expected[0] if ctx.expected else {})
+    free_pass = _within_nominal(ctx, shares.usage(ctx.cq.name, 0), req0)
     keep: set[str] = set()
     for qn in {a.cluster_queue for a in others}:
         k = shares.share(qn)[1]
-        if k > floor or (not strict and k == floor):
+        if free_pass or k > floor or (not strict and k == floor):
             keep.add(qn)
     if not keep and not own:
         return None
@@ -876,13 +1125,11 @@ def _fair_search(
         if probe is None:
             return None
         req = dict(probe.usage)
-    singles, greedy = _strategy_order(shares, own, others, extra_units(req), strategy)
-    # quota first (cheap), then placements only where quota allows; every set tried below is part
-    # of what the strategy allows: when quota does not allow all of it gone, it allows none
-    allowed = [*base, *set_union(singles, greedy)]
-    if ctx.monotone(allowed) and not ctx.quota_fits(allowed, allow_borrow=True):
+    greedy, reasons = _fair_order(shares, own, others, extra_units(req), strategies)
+    # quota first (cheap), then placements only where quota allows; every set tried below is a
+    # prefix of Kueue's order: when quota does not allow all of it gone, it allows none
+    if ctx.monotone([*base, *greedy]) and not ctx.quota_fits([*base, *greedy], allow_borrow=True):
         return None
-    singles = [c for c in singles if ctx.quota_fits([*base, c], allow_borrow=True)]
     # the shortest prefix of the greedy order that quota allows: quota only gets better the more is
     # taken out, so a binary search finds it
     start: int | None = None
@@ -895,13 +1142,6 @@ def _fair_search(
             else:
                 lo = mid + 1
         start = lo
-    if not singles and start is None:
-        return None
-    # a single victim first (taking one plan out is cheap for the placer; taking every candidate out
-    # is not)
-    for c in singles:
-        if ctx.fits([*base, c], allow_borrow=True) is not None:
-            return [c]
     if start is None:
         return None
     # before several prefixes are tried, the necessary condition: with every candidate gone it fits
@@ -914,13 +1154,9 @@ def _fair_search(
             break
     else:
         return None
-    # put back what is not needed, then prefer a single sufficient victim among those chosen
+    # put back what is not needed (Kueue's fill-back)
     for c in list(reversed(removed[:-1])):
         trial = [x for x in removed if x.key != c.key]
         if ctx.fits([*base, *trial], allow_borrow=True) is not None:
             removed = trial
-    if len(removed) > 1:
-        for c in sorted(removed, key=_order(ctx.cq.name)):
-            if ctx.fits([*base, c], allow_borrow=True) is not None:
-                return [c]
-    return removed
+    return removed, reasons

@@ -4,8 +4,8 @@ Time only moves to the next thing that happens: an arrival, a finish, the end of
 At each such time the loop finishes what ends, queues what arrives, runs one scheduling cycle
 (:func:`queueing.scheduling.run_cycle` with the real DRA placer) and executes its result at once:
 admissions start running (for the job's full duration), preemption victims and drained workloads
-leave at once and are requeued with the configured backoff (``waitForPodsReady.requeuingStrategy``;
-past ``backoffLimitCount`` they are deactivated). After an eviction another cycle runs at the same
+leave at once and are requeued at once, as Kueue requeues every eviction but a waitForPodsReady
+timeout (which the simulator does not have). After an eviction another cycle runs at the same
 time, so the preemptor is admitted as soon as its victims are gone. The run takes as long as the
 computation, not the durations.
 
@@ -30,7 +30,6 @@ from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.cycle import Admission, CycleMemo, CycleResult, PendingReason, PendingReasons
 from queueing.scheduling.dra_placer import DraPlacer, DraState
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
-from queueing.scheduling.requeue import next_requeue
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
 from queueing.simulate.scenario import Scenario, SimJob
 
@@ -286,7 +285,6 @@ class Simulation:
         started: dict[str, int] = {}  # key -> admission serial (to ignore stale finish entries)
         ends: list[tuple[float, int, str]] = []
         serial = 0
-        requeues: dict[str, int] = {}
         reasons = _Reasons()
         events: list[SimEvent] = []
         samples: list[Sample] = []
@@ -306,7 +304,6 @@ class Simulation:
         lq_usage: dict[str, dict[str, float]] = {}
         cq_usage: dict[str, dict[str, float]] = {}
         last_decay = 0.0
-        strategy = cfg.wait_for_pods_ready.requeuing_strategy
         # (backoff end, key) of pending workloads in backoff; stale entries are skipped when met
         backoffs: list[tuple[float, str]] = []
         # ClusterQueue -> pending workloads (for the samples), kept in step with ``pending``
@@ -342,13 +339,9 @@ class Simulation:
             return a
 
         def requeue(a: AdmittedWorkload) -> None:
-            n = requeues.get(a.key, 0)
-            dec = next_requeue(n, now, strategy)
-            if dec.deactivate:
-                add_pending(a.key, replace(a.workload, active=False, requeue_time=now, backoff_until=None))
-            else:
-                requeues[a.key] = dec.count
-                add_pending(a.key, replace(a.workload, requeue_time=now, backoff_until=dec.requeue_at))
+            # pending again at once, ordered by its requeue time (Kueue: only a PodsReadyTimeout
+            # eviction backs off)
+            add_pending(a.key, replace(a.workload, requeue_time=now, backoff_until=None))
             reasons.forget(a.key)
 
         while True:

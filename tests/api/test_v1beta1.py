@@ -83,9 +83,52 @@ def test_podset_defaults_follow_kueue() -> None:
     assert wl.spec.active is True
 
 
-def test_unknown_fields_are_kept() -> None:
-    obj = cq({"resourceGroups": [gpu_group()], "futureField": {"x": 1}})
-    obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["annotation"] = "kept"
+def test_unknown_spec_fields_are_rejected_naming_the_field() -> None:
+    # as kubectl --validate=strict: one line, the field's path, not silently dropped (issue 17)
+    msg = rejected(cq({"resourceGroups": [gpu_group()], "futureField": {"x": 1}}))
+    assert msg == 'ClusterQueue team-a: spec.futureField: unknown field "futureField"'
+    obj = cq({"resourceGroups": [gpu_group(borrowingLimt=2)], "cohortName": "c"})
+    msg = rejected(obj)
+    assert msg == (
+        "ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].borrowingLimt: "
+        'unknown field "borrowingLimt"'
+    )
+    assert len(msg.splitlines()) == 1
+    top = {**cq({"resourceGroups": [gpu_group()]}), "sepc": {}}
+    assert rejected(top) == 'ClusterQueue team-a: sepc: unknown field "sepc"'
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        ("ClusterQueue", "admissionChecks"),
+        ("ClusterQueue", "admissionChecksStrategy"),
+        ("ResourceFlavor", "topologyName"),
+    ],
+)
+def test_kueue_fields_that_are_not_implemented_are_rejected(kind: str, field: str) -> None:
+    spec: dict[str, Any] = {"resourceGroups": [gpu_group()]} if kind == "ClusterQueue" else {}
+    spec[field] = {"admissionChecks": [{"name": "prov"}]} if field == "admissionChecksStrategy" else "x"
+    obj = {"apiVersion": API, "kind": kind, "metadata": {"name": "n"}, "spec": spec}
+    msg = rejected(obj)
+    assert msg.startswith(f'{kind} n: spec.{field}: unknown field "{field}": ')
+    assert "does not implement" in msg and len(msg.splitlines()) == 1
+
+
+def test_admission_scope_is_modelled() -> None:
+    # Kueue's admissionScope drives admission fair sharing per ClusterQueue: a real field (in the CRD,
+    # so the API server keeps it), with its values checked
+    obj = cq({"resourceGroups": [gpu_group()], "admissionScope": {"admissionMode": "NoAdmissionFairSharing"}})
+    assert parse_object(obj).to_dict() == obj
+    bad = cq({"resourceGroups": [gpu_group()], "admissionScope": {"admissionMode": "Sometimes"}})
+    assert "spec.admissionScope.admissionMode" in rejected(bad)
+
+
+def test_unknown_metadata_and_status_fields_are_kept() -> None:
+    # what the API server and the controller write there survives a round trip
+    obj = cq({"resourceGroups": [gpu_group()]})
+    obj["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    obj["status"] = {"futureStatus": 1, "conditions": []}
     assert parse_object(obj).to_dict() == obj
 
 

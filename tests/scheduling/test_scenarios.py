@@ -149,7 +149,9 @@ def test_reclaim_within_cohort_evicts_a_borrower() -> None:
     b1 = running(job("b1", 8, queue="lq-b", priority=100), "b", [("n1", 8)], t=1.0)
     b2 = running(job("b2", 8, queue="lq-b", priority=100), "b", [("n2", 8)], t=2.0)  # borrowed from a
     pre = job("a1", 8, queue="lq-a")
-    for cfg, reason in ((NO_FS, "InCohortReclamation"), (SchedulingConfig(), "InCohortFairSharing")):
+    # a1 fits within a's nominal quota: with fair sharing too the victim is reclaimed, not taken by
+    # a fair-sharing strategy (Kueue's FairSharingPreemptWithinNominal)
+    for cfg, reason in ((NO_FS, "InCohortReclamation"), (SchedulingConfig(), "InCohortReclamation")):
         snap = snapshot([a, b], [lq("lq-a", "a"), lq("lq-b", "b")], [pre], [b1, b2])
         res = run_cycle(snap, placer, 10.0, cfg)
         (plan,) = res.preemptions

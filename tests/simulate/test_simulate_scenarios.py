@@ -98,7 +98,8 @@ def test_reclaim_evicts_a_borrower(tmp_path: Path) -> None:
     (ev,) = of(r, "Evicted")
     assert (ev.time, ev.job, ev.reason, ev.preemptor) == (60, "b/big", "InCohortReclamation", "a/mine")
     assert of(r, "Admitted", "a/mine")[0].time == 60
-    # the evicted job is requeued (after the default 60 s backoff) and reruns its full hour
+    # the evicted job is requeued at once, admitted again once team-a's job is done (no borrowing
+    # room before) and reruns its full hour
     again = of(r, "Admitted", "b/big")
     assert len(again) == 2 and again[1].time >= 60 + 60
     assert of(r, "Finished", "b/big")[0].time == again[1].time + 3600
@@ -207,25 +208,29 @@ def test_partial_admission_with_min_parallelism(tmp_path: Path) -> None:
     assert adm.reason == "partial admission: 2 of 4 pods" and adm.nodes is not None and len(adm.nodes) == 2
 
 
-def test_evicted_job_reruns_its_full_duration_after_backoff(tmp_path: Path) -> None:
-    cfg = SchedulingConfig.from_dict(
-        {"waitForPodsReady": {"requeuingStrategy": {"backoffBaseSeconds": 30, "backoffMaxSeconds": 30}}}
-    )
+def test_evicted_job_is_requeued_at_once_and_reruns_its_full_duration(tmp_path: Path) -> None:
+    # as in Kueue (and the controller), a preempted workload is pending again at once: only a
+    # waitForPodsReady timeout backs off, and the simulator has none (a configured backoff is ignored)
+    cfg = SchedulingConfig.from_dict({"waitForPodsReady": {"requeuingStrategy": {"backoffBaseSeconds": 30}}})
     docs = [
         *base(gpus=8, nodes=1, within="LowerPriority"),
         priority("low", 1),
         priority("high", 2),
         job("ml", "victim", gpus=8, priority_class="low", duration="10m"),
-        job("ml", "boss", gpus=8, priority_class="high", arrival="2m", duration="1m"),
+        job("ml", "boss", gpus=8, priority_class="high", arrival="2m", duration="10s"),
     ]
-    r = simulate(tmp_path, docs, cfg)
-    assert [(e.time, e.event) for e in r.events if e.job == "ml/victim" and e.event != "Inadmissible"] == [
-        (0, "Admitted"),
-        (120, "Evicted"),
-        (180, "Admitted"),  # boss finished at 180 (and the 30 s backoff is over)
-        (780, "Finished"),  # the full 10 minutes again
-    ]
-    assert r.summary.cluster_queues["cq"].evicted == 1
+    for config in (None, cfg):
+        r = simulate(tmp_path, docs, config)
+        assert [
+            (e.time, e.event) for e in r.events if e.job == "ml/victim" and e.event != "Inadmissible"
+        ] == [
+            (0, "Admitted"),
+            (120, "Evicted"),
+            (130, "Admitted"),  # when boss finishes, no backoff
+            (730, "Finished"),  # the full 10 minutes again
+        ]
+        assert not any("Backoff" in e.reason for e in r.events if e.event == "Inadmissible")
+        assert r.summary.cluster_queues["cq"].evicted == 1
 
 
 def test_events_are_in_time_order_and_json_shaped(tmp_path: Path) -> None:
