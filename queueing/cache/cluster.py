@@ -17,7 +17,9 @@ the allocator with its CEL candidate lists) in step with them; a scheduling cycl
 * a node, slice or class whose placement-relevant content changed (labels, spec, allocatable; a
   slice's or class's spec): the placer is rebuilt on the next :meth:`placer`, with the same
   :class:`~queueing.dra.allocator.SelectorCache`, so CEL selectors are still evaluated at most once
-  per (selector, device, pool generation). An update that changes none of these (a status
+  per (selector, device, pool generation), taking over from the placer before it every inventory
+  pool built from the same slices and the allocatable of the same Node objects (a slice change
+  builds that pool only). An update that changes none of these (a status
   heartbeat, a resourceVersion) costs nothing.
 
 "Assume": the devices of every admission the caller holds (:meth:`sync_holds`, with what the
@@ -79,6 +81,7 @@ class ClusterCache:
         self.pods: dict[str, Pod] = {}  # every pod (the light projection the caller feeds)
         self.rebuilds = 0  # how often the placer was built (for tests and benchmarks)
         self._placer: DraPlacer | None = None
+        self._previous: DraPlacer | None = None  # the placer dropped last (its pools are taken over)
         # what the placer is given: claims it counts (key -> claim) and pods it counts
         self._shown: dict[str, ResourceClaim] = {}
         self._extra: dict[str, ResourceClaim] = {}  # see ``set_extra_claims``
@@ -136,6 +139,8 @@ class ClusterCache:
         self._drop_placer()
 
     def _drop_placer(self) -> None:
+        if self._placer is not None:
+            self._previous = self._placer
         self._placer = None
 
     def _template(self, key: str, new: ResourceClaimTemplate | None) -> None:
@@ -269,7 +274,8 @@ class ClusterCache:
     def placer(self) -> DraPlacer:
         """The placer in step with every delta so far (built when none is, else the same one)."""
         if self._placer is None:
-            self._placer = self.from_scratch()
+            self._placer = self._build(self._previous)
+            self._previous = None
             self.rebuilds += 1
         elif self.verify:
             self.check()
@@ -277,6 +283,9 @@ class ClusterCache:
 
     def from_scratch(self) -> DraPlacer:
         """A placer built from the objects as they are now (what the incremental one must equal)."""
+        return self._build(None)
+
+    def _build(self, previous: DraPlacer | None) -> DraPlacer:
         return DraPlacer(
             list(self.nodes.values()),
             list(self.slices.values()),
@@ -286,6 +295,7 @@ class ClusterCache:
             pods=[p for p in self.pods.values() if self._counted(p)],
             features=self.features,
             cache=self.selectors,
+            previous=previous,
         )
 
     def check(self) -> None:
@@ -320,6 +330,22 @@ def _norm(d: Mapping[Any, Any]) -> dict[Any, Any]:
     return {k: v for k, v in d.items() if v}
 
 
+def _devices_of(p: DraPlacer) -> list[tuple[object, ...]]:
+    inv = p.cluster.inventory
+    return [
+        (k, d.order, d.generation, d.pool_ok, d.node_name, d.slice_name, d.device)
+        for k, d in sorted(inv.devices.items())
+    ]
+
+
+def _pools_of(p: DraPlacer) -> list[tuple[object, ...]]:
+    inv = p.cluster.inventory
+    return [
+        (k, q.generation, q.slice_names, q.complete, q.invalid, dict(q.counters), len(q.devices))
+        for k, q in sorted(inv.pools.items())
+    ]
+
+
 def differences(a: DraPlacer, b: DraPlacer) -> list[str]:
     """What differs between two placers' views of the cluster without held plans (both are synced
     to the empty state): inventory, claims, templates, pods, device usage, node resources used, the
@@ -334,8 +360,8 @@ def differences(a: DraPlacer, b: DraPlacer) -> list[str]:
             out.append(f"{what}: {x!r} != {y!r}"[:400])
 
     cmp("nodes", ca.node_names, cb.node_names)
-    cmp("devices", sorted(ca.inventory.devices), sorted(cb.inventory.devices))
-    cmp("pools", sorted(ca.inventory.pools), sorted(cb.inventory.pools))
+    cmp("devices", _devices_of(a), _devices_of(b))
+    cmp("pools", _pools_of(a), _pools_of(b))
     cmp("classes", sorted(ca.allocator.classes), sorted(cb.allocator.classes))
     cmp("claims", {k: c for k, c in ca.claims.items()}, {k: c for k, c in cb.claims.items()})
     cmp("templates", ca.templates, cb.templates)

@@ -196,12 +196,19 @@ class ClusterState:
         features: Features | None = None,
         cache: SelectorCache | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        previous: ClusterState | None = None,
     ) -> None:
+        """``previous``: an earlier state of the cluster, whose inventory pools built from the same
+        slices (see ``Inventory``) and the allocatable of the same Node objects are taken over."""
         self.features = features or Features()
         self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.node_names: list[str] = [n.name for n in self.nodes]
-        self.inventory = Inventory(slices, partitionable_devices=self.features.partitionable_devices)
+        self.inventory: Inventory = Inventory(
+            slices,
+            partitionable_devices=self.features.partitionable_devices,
+            previous=previous.inventory if previous is not None else None,
+        )
         classes = dict(classes) if isinstance(classes, Mapping) else list(classes)
         self.allocator = Allocator(
             self.inventory, classes, features=self.features, cache=cache, max_steps=max_steps
@@ -215,8 +222,17 @@ class ClusterState:
         self.simple_devices: list[int | None] = [self.inventory.simple_devices(n) for n in self.nodes]
         # node allocatable of every resource (None: the node publishes none; then cpu/memory/pods are
         # not checked, but extended resources count as 0)
-        self.allocatable: list[dict[str, Fraction] | None] = []
+        self.allocatable: list[dict[str, Fraction] | None] = []  # never changed in place: shared
+        known: dict[int, tuple[Node, dict[str, Fraction] | None]] = (
+            {id(n): (n, a) for n, a in zip(previous.nodes, previous.allocatable, strict=True)}
+            if previous is not None
+            else {}
+        )
         for n in self.nodes:
+            hit = known.get(id(n))
+            if hit is not None and hit[0] is n:
+                self.allocatable.append(hit[1])
+                continue
             alloc = n.allocatable
             self.allocatable.append({r: q.value for r, q in alloc.items()} if alloc else None)
         self.used: list[dict[str, Fraction]] = [dict.fromkeys(_RESOURCES, Fraction(0)) for _ in self.nodes]

@@ -436,8 +436,11 @@ class DraPlacer:
         features: Features | None = None,
         cache: SelectorCache | None = None,
         max_node_checks: int | None = None,
+        previous: DraPlacer | None = None,
     ) -> None:
-        self.cluster = ClusterState(
+        """``previous``: a placer of an earlier view of the cluster: what its ClusterState built from
+        the same objects is taken over (see ``queueing.dra.gang.ClusterState``)."""
+        self.cluster: ClusterState = ClusterState(
             nodes,
             slices,
             classes,
@@ -446,6 +449,7 @@ class DraPlacer:
             pods=pods,
             features=features,
             cache=cache or SelectorCache(),
+            previous=previous.cluster if previous is not None else None,
         )
         self.max_node_checks = max_node_checks
         self._base_claims: dict[str, ResourceClaim] = dict(self.cluster.claims)

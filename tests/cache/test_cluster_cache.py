@@ -339,3 +339,19 @@ def test_light_pod_keeps_what_placement_reads() -> None:
     assert p.spec.containers[0].requests["cpu"].value == 3
     assert p.metadata.labels == {MANAGED: "w"}  # other labels and annotations are dropped
     assert p.metadata.annotations is None and p.status.conditions is None
+
+
+def test_a_slice_change_builds_only_that_pool_again() -> None:
+    cache = ClusterCache()
+    cache.add_all([*(node(n) for n in NODES), *(gpus(n, 2) for n in NODES), gpu_class()])
+    before = cache.placer().cluster.inventory.pools
+    cache.apply(cache.slices["n0-gpus"], gpus("n0", 3, generation=2))  # n0 grows: later pools shift
+    after = cache.placer().cluster.inventory.pools
+    assert cache.rebuilds == 2
+    assert after[(DRIVER, "n0")] is not before[(DRIVER, "n0")]
+    assert [d.order for d in after[(DRIVER, "n1")].devices] == [3, 4]  # taken over, order shifted
+    assert after[(DRIVER, "n1")].devices[0].device is before[(DRIVER, "n1")].devices[0].device
+    cache.apply(None, node("n9"))  # nodes changed, no slice: every pool taken over as it is
+    again = cache.placer().cluster.inventory.pools
+    assert all(again[k] is after[k] for k in after)
+    assert differences(cache.placer(), cache.from_scratch()) == []
