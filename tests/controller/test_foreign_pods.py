@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from queueing.cache import differences
 from queueing.kube.client import JOBS, PODS, KubeClient
 from queueing.testing import Emulator
 from tests.controller.conftest import NODES, Harness, eventually, job
@@ -80,3 +81,9 @@ async def test_a_daemonset_pod_sends_a_job_to_another_node(
     await admin.create(JOBS, cpu_job("two", "2"))
     assert await admitted_node(emu, "two") == first
     assert ctl.cache.rebuilds == 1  # pods and claims came and went in place
+    # the cache mirrors the informers, and its placer kept in place equals one built from scratch
+    cache = ctl.cache
+    assert cache.pods.keys() == set(ctl.all_pods.keys()) and f"default/agent-{first}" in cache.pods
+    assert cache.claims == {c.key: c for c in ctl.claims.list()}
+    assert cache.nodes == {n.key: n for n in ctl.nodes.list()}
+    assert differences(cache.placer(), cache.from_scratch()) == []
