@@ -448,7 +448,7 @@ class DraPlacer:
             templates=templates,
             pods=pods,
             features=features,
-            cache=cache or SelectorCache(),
+            cache=cache if cache is not None else SelectorCache(),  # an empty one is falsy (len)
             previous=previous.cluster if previous is not None else None,
         )
         self.max_node_checks = max_node_checks

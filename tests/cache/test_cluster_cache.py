@@ -343,10 +343,15 @@ def test_light_pod_keeps_what_placement_reads() -> None:
 
 def test_a_slice_change_builds_only_that_pool_again() -> None:
     cache = ClusterCache()
-    cache.add_all([*(node(n) for n in NODES), *(gpus(n, 2) for n in NODES), gpu_class()])
+    cache.add_all([*(node(n) for n in NODES), *(gpus(n, 2) for n in NODES), gpu_class("a100")])
     before = cache.placer().cluster.inventory.pools
+    candidate_lists(cache.placer())
+    evaluated = len(cache.selectors)  # (selector, device, generation) evaluations, kept across rebuilds
     cache.apply(cache.slices["n0-gpus"], gpus("n0", 3, generation=2))  # n0 grows: later pools shift
     after = cache.placer().cluster.inventory.pools
+    candidate_lists(cache.placer())
+    # the class's 2 selectors on n0's 3 devices of the new generation, nothing else again
+    assert len(cache.selectors) == evaluated + 2 * 3
     assert cache.rebuilds == 2
     assert after[(DRIVER, "n0")] is not before[(DRIVER, "n0")]
     assert [d.order for d in after[(DRIVER, "n1")].devices] == [3, 4]  # taken over, order shifted
@@ -354,4 +359,6 @@ def test_a_slice_change_builds_only_that_pool_again() -> None:
     cache.apply(None, node("n9"))  # nodes changed, no slice: every pool taken over as it is
     again = cache.placer().cluster.inventory.pools
     assert all(again[k] is after[k] for k in after)
+    candidate_lists(cache.placer())
+    assert len(cache.selectors) == evaluated + 2 * 3 and cache.rebuilds == 3  # nothing evaluated again
     assert differences(cache.placer(), cache.from_scratch()) == []
