@@ -43,6 +43,7 @@ bench: $(STAMP) postgres
 	$(BIN)/python bench/ledger.py
 	$(BIN)/python bench/admission.py
 	$(BIN)/python bench/admission.py --shape large
+	$(BIN)/python bench/controller_path.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -8,10 +8,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "queueing"
-CORES = ("api", "dra", "scheduling")
+CORES = ("api", "dra", "scheduling", "cache")
 SHELL = ("ledger", "kube", "controller", "simulate", "commands", "cli", "testing")
 # what each core may import from our own package
-ALLOWED = {"api": {"api"}, "dra": {"api", "dra"}, "scheduling": {"api", "dra", "scheduling"}}
+ALLOWED = {
+    "api": {"api"},
+    "dra": {"api", "dra"},
+    "scheduling": {"api", "dra", "scheduling"},
+    "cache": {"api", "dra", "scheduling", "cache"},
+}
 # stdlib / third-party modules that mean I/O, clocks or global state
 FORBIDDEN_MODULES = {
     "os",

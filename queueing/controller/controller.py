@@ -60,6 +60,7 @@ from queueing.api.v1beta1 import (
     Workload,
     WorkloadPriorityClass,
 )
+from queueing.cache import ClusterCache, light_pod
 from queueing.config import Config
 from queueing.controller import evict as ev
 from queueing.controller.evict import Evicting
@@ -259,6 +260,22 @@ class Controller:
         self.templates: Informer[ResourceClaimTemplate] = inf(RESOURCE_CLAIM_TEMPLATES, ResourceClaimTemplate)
         self.priority_classes: Informer[PriorityClass] = inf(PRIORITY_CLASSES, PriorityClass)
         self.namespaces: Informer[Namespace] = inf(NAMESPACES, Namespace)
+        # every pod of the cluster, in the cluster cache's light projection (the pods queueing does
+        # not manage take node resources too: DaemonSets, system pods, other teams' pods)
+        managed = (WORKLOAD_UID_LABEL, POD_GROUP_LABEL)
+        self.all_pods: Informer[Pod] = inf(PODS, Pod, transform=functools.partial(light_pod, labels=managed))
+        # the cluster as placement sees it, kept in place by the informers' deltas (never rebuilt
+        # per sync): see queueing/cache
+        self.cache = ClusterCache(selectors=self._selectors, managed_labels=managed)
+        for mirrored in (
+            self.nodes,
+            self.slices,
+            self.device_classes,
+            self.claims,
+            self.templates,
+            self.all_pods,
+        ):
+            mirrored.add_mirror(self.cache.apply)
         self.informers: list[Informer[Any]] = [
             self.flavors,
             self.cohorts,
@@ -276,6 +293,7 @@ class Controller:
             self.templates,
             self.priority_classes,
             self.namespaces,
+            self.all_pods,
         ]
 
         # the controller's own record (mirrors the ledger's active admissions): uid -> admitted workload
@@ -875,13 +893,7 @@ class Controller:
             local_queue_usage=self.lq_usage,
             cluster_queue_usage=self.cq_usage,
         )
-        placer = DraPlacer(
-            self.nodes.list(),
-            self.slices.list(),
-            self.device_classes.list(),
-            claims=self._placer_claims(),
-            templates=self.templates.list(),
-        )
+        placer = self._placer()
         now = self.clock()
         t0 = time.perf_counter()
         result = run_cycle(snapshot, placer, now, self.config.scheduling())
@@ -952,28 +964,16 @@ class Controller:
             return dataclasses.replace(a, evicting=True)
         return dataclasses.replace(a, workload=dataclasses.replace(a.workload, priority=2**31 - 1))
 
-    def _placer_claims(self) -> list[ResourceClaim]:
-        """The claims the placer sees as the cluster's own: a per-pod claim allocated with devices of an
-        admitted plan is left out (the plan holds those devices already; counted twice, evicting its
-        workload would not free them for the eviction planner)."""
-        held: set[tuple[str, str, str]] = set()
-        for adm in self.admissions.values():
-            held |= ev.planned_devices(adm)
-        out = self._held_claims()
-        for c in out:
-            held |= {(r.driver, r.pool, r.device) for r in _allocated_results(c)}
-        for c in self.claims.list():
-            alloc = c.status.allocation
-            per_pod = any(o.kind == "Pod" for o in c.metadata.owner_references or [])
-            if (
-                per_pod
-                and alloc is not None
-                and alloc.devices is not None
-                and any((r.driver, r.pool, r.device) in held for r in alloc.devices.results or [])
-            ):
-                continue
-            out.append(c)
-        return out
+    def _placer(self) -> DraPlacer:
+        """The cluster cache's placer, with what the controller holds: the claims the placer sees as
+        the cluster's own leave out a per-pod claim allocated with devices of an admitted plan (the
+        plan holds those devices already; counted twice, evicting its workload would not free them
+        for the eviction planner), and include the devices held after a release (``_held_claims``).
+        The admissions are the controller's own record, so what it just committed counts at once
+        (Kueue's "assume"), before any watch echoes it."""
+        self.cache.sync_holds(self.admissions, ev.planned_devices)
+        self.cache.set_extra_claims(self._held_claims())
+        return self.cache.placer()
 
     def _pending_metrics(self, pending: Any, by_key: dict[str, Workload]) -> None:
         """Gauges: pending (active / inadmissible) and admitted per ClusterQueue; quota usage."""

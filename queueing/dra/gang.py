@@ -196,12 +196,19 @@ class ClusterState:
         features: Features | None = None,
         cache: SelectorCache | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        previous: ClusterState | None = None,
     ) -> None:
+        """``previous``: an earlier state of the cluster, whose inventory pools built from the same
+        slices (see ``Inventory``) and the allocatable of the same Node objects are taken over."""
         self.features = features or Features()
         self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.node_names: list[str] = [n.name for n in self.nodes]
-        self.inventory = Inventory(slices, partitionable_devices=self.features.partitionable_devices)
+        self.inventory: Inventory = Inventory(
+            slices,
+            partitionable_devices=self.features.partitionable_devices,
+            previous=previous.inventory if previous is not None else None,
+        )
         classes = dict(classes) if isinstance(classes, Mapping) else list(classes)
         self.allocator = Allocator(
             self.inventory, classes, features=self.features, cache=cache, max_steps=max_steps
@@ -215,22 +222,23 @@ class ClusterState:
         self.simple_devices: list[int | None] = [self.inventory.simple_devices(n) for n in self.nodes]
         # node allocatable of every resource (None: the node publishes none; then cpu/memory/pods are
         # not checked, but extended resources count as 0)
-        self.allocatable: list[dict[str, Fraction] | None] = []
+        self.allocatable: list[dict[str, Fraction] | None] = []  # never changed in place: shared
+        known: dict[int, tuple[Node, dict[str, Fraction] | None]] = (
+            {id(n): (n, a) for n, a in zip(previous.nodes, previous.allocatable, strict=True)}
+            if previous is not None
+            else {}
+        )
         for n in self.nodes:
+            hit = known.get(id(n))
+            if hit is not None and hit[0] is n:
+                self.allocatable.append(hit[1])
+                continue
             alloc = n.allocatable
             self.allocatable.append({r: q.value for r, q in alloc.items()} if alloc else None)
         self.used: list[dict[str, Fraction]] = [dict.fromkeys(_RESOURCES, Fraction(0)) for _ in self.nodes]
         self.pods: dict[str, Pod] = {p.key: p for p in pods}  # pods already bound (running)
         for p in self.pods.values():
-            i = self.node_index.get(p.spec.node_name or "")
-            if i is None or p.status.phase in ("Succeeded", "Failed"):
-                continue
-            cap = self.allocatable[i] or {}
-            for r, v in _pod_requests(p).items():
-                # an extended resource the node does not publish was served through DRA (its
-                # implicit claim is among ``claims``)
-                if r in _RESOURCES or cap.get(r):
-                    self.used[i][r] = self.used[i].get(r, Fraction(0)) + v
+            self._charge_pod(p, 1)
         class_list = list(classes.values()) if isinstance(classes, Mapping) else list(classes)
         # extended resource name -> DeviceClass (empty when DRAExtendedResource is off)
         self.extended_classes: dict[str, str] = (
@@ -243,6 +251,47 @@ class ClusterState:
         self._spec_static: dict[tuple[int, str], _SpecStatic] = {}
         # template key -> (template, a claim validated from it) (see ``_Gang._plan_full``)
         self._claim_protos: dict[str, tuple[ResourceClaimTemplate, ResourceClaim]] = {}
+
+    def _charge_pod(self, p: Pod, sign: int) -> None:
+        """Add (``sign`` 1) or take back (-1) what a running pod takes from its node's allocatable."""
+        i = self.node_index.get(p.spec.node_name or "")
+        if i is None or p.status.phase in ("Succeeded", "Failed"):
+            return
+        cap = self.allocatable[i] or {}
+        used = self.used[i]
+        for r, v in _pod_requests(p).items():
+            # an extended resource the node does not publish was served through DRA (its
+            # implicit claim is among ``claims``)
+            if r in _RESOURCES or cap.get(r):
+                left = used.get(r, _ZERO) + sign * v
+                if left or r in _RESOURCES:
+                    used[r] = left
+                else:  # as if never taken
+                    used.pop(r, None)
+
+    def set_pod(self, key: str, pod: Pod | None) -> None:
+        """A running pod added, changed (``pod``) or gone (None), in place: its node's used
+        resources follow (no transaction may be open)."""
+        self._check_closed()
+        old = self.pods.pop(key, None)
+        if old is not None:
+            self._charge_pod(old, -1)
+        if pod is not None:
+            self.pods[key] = pod
+            self._charge_pod(pod, 1)
+
+    def set_template(self, key: str, template: ResourceClaimTemplate | None) -> None:
+        """A ResourceClaimTemplate added, changed or gone, in place (what is derived from a template
+        is checked against it by identity)."""
+        self._check_closed()
+        if template is None:
+            self.templates.pop(key, None)
+        else:
+            self.templates[key] = template
+
+    def _check_closed(self) -> None:
+        if self._open is not None and self._open.status == "tentative":
+            raise RuntimeError("a transaction is open on this ClusterState")
 
     def begin(self) -> Transaction:
         if self._open is not None and self._open.status == "tentative":

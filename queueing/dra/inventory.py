@@ -283,13 +283,25 @@ class Inventory:
 
     ``devices_on(node)`` lists the devices a pod on ``node`` may use (deterministic order), cached per
     node name. Rebuild the inventory when slices change (the selector memo lives in ``SelectorCache``
-    and is keyed by pool generation, so it survives a rebuild).
+    and is keyed by pool generation, so it survives a rebuild). ``previous``: an inventory built
+    before; each of its pools whose slices are the very same objects is taken over instead of built
+    again (a pool is a value of its slices; its devices' ``order`` is shifted where pools before it
+    changed in size), so a rebuild after one slice changed builds that pool only.
     """
 
-    def __init__(self, slices: Iterable[ResourceSlice], *, partitionable_devices: bool = True) -> None:
+    def __init__(
+        self,
+        slices: Iterable[ResourceSlice],
+        *,
+        partitionable_devices: bool = True,
+        previous: Inventory | None = None,
+    ) -> None:
         by_pool: dict[tuple[str, str], list[ResourceSlice]] = {}
         for s in slices:
             by_pool.setdefault((s.spec.driver, s.spec.pool.name), []).append(s)
+        self.partitionable_devices = partitionable_devices
+        # per pool, the slices it was built from (by name): what ``previous`` compares by identity
+        self._sources: dict[tuple[str, str], tuple[ResourceSlice, ...]] = {}
         self.pools: dict[tuple[str, str], Pool] = {}
         self.devices: dict[DeviceKey, InventoryDevice] = {}
         self._local: dict[str, list[InventoryDevice]] = {}
@@ -297,8 +309,16 @@ class Inventory:
         self._node_cache: dict[str, tuple[InventoryDevice, ...]] = {}
         self._free_stats: dict[str, tuple[bool, bool, int]] = {}
         order = 0
+        if previous is not None and previous.partitionable_devices != partitionable_devices:
+            previous = None
         for pool_key in sorted(by_pool):
-            pool, order = self._build_pool(pool_key, by_pool[pool_key], order, partitionable_devices)
+            src = tuple(sorted(by_pool[pool_key], key=lambda s: s.name))
+            self._sources[pool_key] = src
+            pool = previous._taken_over(pool_key, src, order) if previous is not None else None
+            if pool is None:
+                pool, order = self._build_pool(pool_key, by_pool[pool_key], order, partitionable_devices)
+            else:
+                order += len(pool.devices)
             self.pools[pool_key] = pool
             for d in pool.devices:
                 self.devices.setdefault(d.key, d)
@@ -403,6 +423,20 @@ class Inventory:
             devices=tuple(devices),
         )
         return pool, order
+
+    def _taken_over(
+        self, pool_key: tuple[str, str], src: tuple[ResourceSlice, ...], order: int
+    ) -> Pool | None:
+        """This inventory's pool built from exactly these slices, its devices ordered from ``order``
+        (None: it was built from others)."""
+        old = self._sources.get(pool_key)
+        if old is None or len(old) != len(src) or any(a is not b for a, b in zip(old, src, strict=True)):
+            return None
+        pool = self.pools[pool_key]
+        if not pool.devices or pool.devices[0].order == order:
+            return pool
+        shift = order - pool.devices[0].order
+        return replace(pool, devices=tuple(replace(d, order=d.order + shift) for d in pool.devices))
 
     # ---- queries -------------------------------------------------------------------------
     def devices_on(self, node: Node | None) -> tuple[InventoryDevice, ...]:

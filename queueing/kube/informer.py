@@ -17,7 +17,12 @@ an Event.
 
 Handlers are called in event order, after the cache is updated, with ``(old, new)``; ``new`` is None
 on delete, ``old`` is None on add. A handler may be a plain function or a coroutine function; an
-exception in a handler is logged and does not stop the informer.
+exception in a handler is logged and does not stop the informer. A mirror (``add_mirror``: a plain
+function) sees every change of the cache, the watch's and those of ``observe``/``forget`` too, so a
+structure kept in step with the cache (the cluster cache) stays equal to it.
+
+``transform`` cuts each object (the raw dict) down before it is parsed and kept, e.g. to a light
+projection of every Pod of the cluster (memory).
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ class Informer(Generic[T]):
         backoff_max: float = 5.0,
         page_size: int = 500,
         relist_after_errors: int = 5,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -96,6 +102,7 @@ class Informer(Generic[T]):
         self.backoff_max = backoff_max
         self.page_size = page_size
         self.relist_after_errors = relist_after_errors
+        self.transform = transform
         self.resource_version = ""
         self.has_synced = False
         self.invalid: dict[str, str] = {}
@@ -103,6 +110,7 @@ class Informer(Generic[T]):
         self.stats = InformerStats()
         self._cache: dict[str, T] = {}
         self._handlers: list[Handler[T]] = []
+        self._mirrors: list[Callable[[T | None, T | None], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._synced = asyncio.Event()
         self._watch: Watch | None = None
@@ -144,15 +152,29 @@ class Informer(Generic[T]):
         obj = self._parse(raw)
         if obj is not None:
             self._cache[key] = obj
+            self._mirror(old, obj)
         return obj
 
     def forget(self, name: str, namespace: str | None = None) -> None:
         """Drop an object we just deleted from the cache (the watch's DELETED event follows)."""
-        self._cache.pop(f"{namespace}/{name}" if namespace else name, None)
+        old = self._cache.pop(f"{namespace}/{name}" if namespace else name, None)
+        if old is not None:
+            self._mirror(old, None)
 
     # ------------------------------------------------------------ lifecycle
     def add_handler(self, handler: Handler[T]) -> None:
         self._handlers.append(handler)
+
+    def add_mirror(self, mirror: Callable[[T | None, T | None], None]) -> None:
+        """Call ``mirror(old, new)`` on every change of the cache (watch, list, observe, forget)."""
+        self._mirrors.append(mirror)
+
+    def _mirror(self, old: T | None, new: T | None) -> None:
+        for m in self._mirrors:
+            try:
+                m(old, new)
+            except Exception:
+                log.exception("informer %s: mirror failed", self.resource.plural)
 
     def start(self) -> None:
         if self._task is None:
@@ -188,7 +210,7 @@ class Informer(Generic[T]):
     def _parse(self, raw: dict[str, Any]) -> T | None:
         key = self._key(raw)
         try:
-            obj: T = self.model.model_validate(raw)
+            obj: T = self.model.model_validate(self.transform(raw) if self.transform is not None else raw)
         except ValidationError as e:
             msg = format_validation_error(e, f"{self.resource.kind or self.resource.plural} {key}")
             if self.invalid.get(key) != msg:
@@ -207,6 +229,7 @@ class Informer(Generic[T]):
         return obj
 
     async def _dispatch(self, old: T | None, new: T | None) -> None:
+        self._mirror(old, new)
         for handler in list(self._handlers):
             try:
                 result = handler(old, new)

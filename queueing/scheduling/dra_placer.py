@@ -436,8 +436,11 @@ class DraPlacer:
         features: Features | None = None,
         cache: SelectorCache | None = None,
         max_node_checks: int | None = None,
+        previous: DraPlacer | None = None,
     ) -> None:
-        self.cluster = ClusterState(
+        """``previous``: a placer of an earlier view of the cluster: what its ClusterState built from
+        the same objects is taken over (see ``queueing.dra.gang.ClusterState``)."""
+        self.cluster: ClusterState = ClusterState(
             nodes,
             slices,
             classes,
@@ -445,7 +448,8 @@ class DraPlacer:
             templates=templates,
             pods=pods,
             features=features,
-            cache=cache or SelectorCache(),
+            cache=cache if cache is not None else SelectorCache(),  # an empty one is falsy (len)
+            previous=previous.cluster if previous is not None else None,
         )
         self.max_node_checks = max_node_checks
         self._base_claims: dict[str, ResourceClaim] = dict(self.cluster.claims)
@@ -457,6 +461,9 @@ class DraPlacer:
         self._resolved: dict[RecordedPlan, DraPlan] = {}
         self._specs: dict[tuple[object, ...], PodSpec] = {}  # see ``_spec``
         self._taken_by_node: dict[str, int] = {}
+        # devices the claims of ``_base_claims`` take, with how many of them take each (kept in step
+        # by ``set_claim``; ``_taken_by_node`` counts each of them once, as built here)
+        self._base_devices: dict[tuple[str, str, str], int] = dict(self.cluster.usage.devices)
         for key, cnt in self.cluster.usage.devices.items():
             dev = self.cluster.inventory.devices.get(key)
             if cnt > 0 and dev is not None and dev.node_name is not None:
@@ -473,6 +480,61 @@ class DraPlacer:
             ]
             | None
         ) = None
+
+    # ---- the cluster changing in place (see ``queueing.cache``) -----------------------------
+    def set_claim(self, key: str, claim: ResourceClaim | None) -> None:
+        """One of the cluster's own claims (not held by a plan) added, changed (``claim``) or gone
+        (None), in place: what it takes is given back and what it takes now is taken, so the placer
+        answers as one built with the new claims would. A claim that held plans use as a shared
+        claim first takes every plan back (the next ``sync`` applies them again, in order)."""
+        old = self._base_claims.get(key)
+        if old is claim:
+            return
+        if key in self._shared_users or key in self._shared_ours:
+            self.sync(DraState())
+        cs = self.cluster
+        if (old is not None and old.status.allocation is not None) != (
+            claim is not None and claim.status.allocation is not None
+        ):
+            self._resolved = {}  # recorded plans resolve shared claims by whether they are allocated
+        if old is not None:
+            del self._base_claims[key]
+            cs.claims.pop(key, None)
+            self._base_take(cs.inventory.picks_of(old), -1)
+        if claim is not None:
+            self._base_claims[key] = claim
+            cs.claims[key] = claim
+            self._base_take(cs.inventory.picks_of(claim), 1)
+
+    def _base_take(self, picks: Sequence[Pick], sign: int) -> None:
+        cs = self.cluster
+        if sign > 0:
+            cs.usage.take_all(picks)
+        else:
+            cs.usage.give_back_all(picks)
+        base = self._base_devices
+        for p in picks:
+            if p.admin_access or p.device.multi:
+                continue  # not counted in ``Usage.devices``
+            k = p.device.key
+            n = base.get(k, 0) + sign
+            if n > 0:
+                base[k] = n
+            else:
+                base.pop(k, None)
+            if (n == 1 and sign > 0) or (n == 0 and sign < 0):
+                dev = cs.inventory.devices.get(k)
+                if dev is not None and dev.node_name is not None:
+                    self._count_nodes(((dev.node_name, 1),), sign)
+
+    def set_pod(self, key: str, pod: Pod | None) -> None:
+        """A pod not managed by queueing added, changed or gone, in place (its node's resources)."""
+        self.cluster.set_pod(key, pod)
+
+    def set_template(self, key: str, template: ResourceClaimTemplate | None) -> None:
+        """A ResourceClaimTemplate added, changed or gone, in place."""
+        self.cluster.set_template(key, template)
+        self._demand_cache.clear()
 
     # ---- Placer protocol ---------------------------------------------------------------------
     def initial_state(self, admitted: Sequence[AdmittedWorkload]) -> DraState:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter, itemgetter
 
+from queueing.cache import ClusterCache
 from queueing.scheduling import SchedulingConfig, run_cycle
 from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.cycle import Admission, CycleMemo, CycleResult, PendingReason, PendingReasons
@@ -235,14 +236,20 @@ class Simulation:
     ) -> None:
         self.sc = scenario
         self.config = config or SchedulingConfig()
-        self.placer = placer or DraPlacer(
-            scenario.nodes,
-            scenario.slices,
-            scenario.classes,
-            claims=scenario.claims,
-            templates=scenario.templates,
-            pods=scenario.running_pods,
+        # the cluster cache the controller keeps, fed from the scenario's objects (its cluster is
+        # static: one placer for the whole run)
+        self.cache = ClusterCache()
+        self.cache.add_all(
+            [
+                *scenario.nodes,
+                *scenario.slices,
+                *scenario.classes,
+                *scenario.claims,
+                *scenario.templates,
+                *scenario.running_pods,
+            ]
         )
+        self.placer = placer or self.cache.placer()
         self.progress = progress
         self.max_same = max_cycles_at_same_time
         self.device_classes = {c.name for c in scenario.classes}

@@ -259,3 +259,34 @@ async def test_server_timeouts_rewatch_without_relisting(kube: KubeClient, emu: 
     await inf.stop()
     assert inf.stats.lists == 1 and inf.stats.errors == 0
     assert mirror.state == server_state(emu) and mirror.problems == []
+
+
+async def test_a_mirror_sees_observed_writes_and_a_transform_cuts_objects(kube: KubeClient) -> None:
+    def keep_name(raw: dict[str, Any]) -> dict[str, Any]:
+        meta = raw["metadata"]
+        return {
+            "metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion")},
+            "spec": raw["spec"],
+        }
+
+    inf: Informer[Pod] = Informer(kube, PODS, Pod, transform=keep_name)
+    mirror = Mirror()
+    inf.add_mirror(mirror)
+    inf.start()
+    await inf.wait_synced(5)
+    raw = await kube.create(PODS, pod("a", {"x": "1"}))
+    assert inf.observe(raw) is not None  # cached at once, before the watch echoes it
+    assert mirror.state == cache_state(inf) == {"default/a": raw["metadata"]["resourceVersion"]}
+    cached = inf.get("a", "default")
+    assert cached is not None and cached.metadata.labels is None  # the transform dropped them
+    await kube.bind("a", "default", "n1")
+    await eventually(
+        lambda: (p := inf.get("a", "default")) is not None and p.spec.node_name == "n1", "the bind"
+    )
+    assert mirror.state == cache_state(inf)
+    await kube.delete(PODS, "a", "default")
+    inf.forget("a", "default")
+    assert mirror.state == cache_state(inf) == {}
+    await eventually(lambda: inf.stats.events >= 3, "the watch's events")
+    assert mirror.state == {} and not mirror.problems
+    await inf.stop()
