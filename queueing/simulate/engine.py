@@ -510,7 +510,7 @@ class Simulation:
                 pw = pending.get(key)
                 assert pw is not None
                 pcq = pr.cluster_queue or lq_of.get(pw.queue_key)
-                events.append(SimEvent(now, "Inadmissible", key, pcq, f"{pr.reason}: {pr.message}"))
+                events.append(SimEvent(now, "Inadmissible", key, pcq, f"{pr.reason}: {pr.text_for(key)}"))
             busy = placer.busy_units(state)
             per_cq = {cq: n for cq, n in pending_per_cq.items() if n}
             if samples and samples[-1].time == now:
