@@ -1248,12 +1248,14 @@ class DraPlacer:
 _Slots = Mapping[str, tuple[Pod, str, int]]  # pod key -> pod, pod set, index (``DraPlacer._pods``)
 
 
-def _own_refs(slots: _Slots) -> dict[tuple[str, str], tuple[Part, str]]:
-    """(kind, key) -> reference and where it comes from, for the pods of a workload and their own
-    claims: from templates (``<pod>-<name in the pod spec>``, from ``ResourceClaimTemplate ns/t``)
-    and the implicit claim for extended resources."""
+def _own_refs(slots: _Slots, only: str | None = None) -> dict[tuple[str, str], tuple[Part, str]]:
+    """(kind, key) -> reference and where it comes from, for the pods of a workload (``only``: that
+    pod) and their own claims: from templates (``<pod>-<name in the pod spec>``, from
+    ``ResourceClaimTemplate ns/t``) and the implicit claim for extended resources."""
     out: dict[tuple[str, str], tuple[Part, str]] = {}
-    for key, (pod, ps, i) in slots.items():
+    keys = list(slots) if only is None else [only] if only in slots else []
+    for key in keys:
+        pod, ps, i = slots[key]
         ns = pod.namespace or "default"
         out[("Pod", key)] = (PodRef(ps, i), "")
         for prc in pod.spec.resource_claims or []:
@@ -1285,12 +1287,12 @@ def _failure(
 ) -> PlacementFailure:
     """A placement failure (an allocation error or the gang's explanation) whose pods and claims of
     the workload are references (a ``Why``), so that it reads right for any workload of the shape."""
-    refs = _own_refs(slots)
     parts: tuple[Part, ...]
     if error is not None:
-        parts = _error_parts(error, refs)
+        parts = _error_parts(error, _own_refs(slots))
     else:
         assert expl is not None
+        refs = _own_refs(slots, expl.pod)  # an explanation names the pod that fits nowhere, its claims
         dra: tuple[DraPart, ...] = expl.parts or (expl.message,)
         parts = tuple(p if isinstance(p, str) else refs.get((p.kind, p.key), (p.key, ""))[0] for p in dra)
     best = expl.best if expl is not None else None
