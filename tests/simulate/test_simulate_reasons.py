@@ -5,14 +5,20 @@ its pod spec), however the cycle and the allocator share work between workloads 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from scenario_builder import GPU, Q, cluster, flavor, job, local_queue, template, write
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduling"))
+from sched_helpers import job as sched_job
+
+from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.config import SchedulingConfig
-from queueing.simulate.engine import SimResult, Simulation
+from queueing.scheduling.cycle import PendingReason, PendingReasons
+from queueing.simulate.engine import SimResult, Simulation, _Reasons
 from queueing.simulate.scenario import load_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "simulate"
@@ -142,3 +148,30 @@ def test_demo_reasons_name_only_their_own_workloads_objects() -> None:
     assert any("pod team-b/notebook-2-main-0 " in w for w in notebook2), notebook2
     # the best node of a MIG pod is a node with MIG devices (there are such nodes)
     assert not any(re.search(r"\b0 in the class on this node", w) for w in notebook2), notebook2
+
+
+def test_verify_checks_the_simulators_skipping_of_unchanged_reasons() -> None:
+    """The simulator reports a reason only when it changed, skipping the part of a group that is
+    last cycle's group with an equal reason; verify mode compares every workload's reason by value."""
+    ws = [sched_job(f"w{i}", 1) for i in range(4)]
+    present = Backlog(ws)
+    why = PendingReason("cq", "Pending", "couldn't place the gang: ...")
+
+    def cycle(reason: PendingReason) -> PendingReasons:
+        pr = PendingReasons()
+        pr.set_all(ws, reason)
+        return pr
+
+    for verify in (False, True):
+        r = _Reasons(verify)
+        assert [k for k, _ in r.changes(cycle(why), present)] == [w.key for w in ws]
+        assert r.changes(cycle(why), present) == []  # the same group, an equal reason: skipped
+        other = PendingReason("cq", "Pending", "insufficient quota")
+        assert [k for k, _ in r.changes(cycle(other), present)] == [w.key for w in ws]
+        # a remembered reason that no longer agrees with the group (what a wrong skip would leave)
+        r.last["default/w2"] = why
+        if verify:
+            with pytest.raises(RuntimeError, match="verify: pending reasons: "):
+                r.changes(cycle(other), present)
+        else:
+            assert r.changes(cycle(other), present) == []  # skipped: the group agrees by identity
