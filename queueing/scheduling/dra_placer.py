@@ -25,6 +25,10 @@ as it is with everything admitted or planned so far. :class:`DraPlacer` answers 
   allocator's explanation: which pod (and claim/request) could not be placed, its best node and how
   short it is. Input errors that abort allocation (unknown template, CEL error, ...) are failures
   too, with the allocator's message naming the object and the field: they never abort a cycle.
+  The workload's own pods and claims in either are references (``PlacementFailure.why``, see
+  ``queueing.scheduling.reasons``): a pod by pod set and index, a claim by its name in the pod spec
+  (``claim gpus of pod ns/w-main-0 (from ResourceClaimTemplate ns/t): <field>: <message>``), so
+  the text is right for every workload of the shape it is given to.
 
 States are values (:class:`DraState`: workload key -> plans held). The placer keeps one mutable
 :class:`~queueing.dra.gang.ClusterState` and brings it in step with whatever state it is asked
