@@ -64,6 +64,7 @@ __all__ = [
     "Format",
     "Quantity",
     "QuantityError",
+    "amount_quantity",
     "format_amount",
     "is_bytes",
     "parse_quantity",
@@ -479,9 +480,15 @@ def format_amount(value: Fraction | int | Quantity, resource: str | None = None)
     forms, BinarySI when as short (``16Gi``, ``16G``, ``140706Mi``), so a sum of ``Gi`` requests
     reads as one; everything else prints DecimalSI (``0.5`` -> ``500m``). A value finer than 1n
     rounds to 1n away from zero, as a parsed quantity does."""
+    return amount_quantity(value, resource).canonical()
+
+
+def amount_quantity(value: Fraction | int | Quantity, resource: str | None = None) -> Quantity:
+    """The amount as a quantity in the format :func:`format_amount` prints it in (for API objects
+    that carry amounts, e.g. a Workload's ``resourceUsage``)."""
     v = value.value if isinstance(value, Quantity) else Fraction(value)
-    dec = Quantity(v, "DecimalSI").canonical()
+    dec = Quantity(v, "DecimalSI")
     if resource is None or not is_bytes(resource):
         return dec
-    binary = Quantity(v, "BinarySI").canonical()
-    return binary if len(binary) <= len(dec) else dec
+    binary = Quantity(v, "BinarySI")
+    return binary if len(binary.canonical()) <= len(dec.canonical()) else dec
