@@ -15,6 +15,8 @@ Interface used across the project (keep it stable):
     q.as_int()                       -> int, rounded away from zero (upstream Value())
     q.milli_value()                  -> int, rounded away from zero (upstream MilliValue())
     QUANTITY_PATTERN                 -> the regular expression CRD schemas use for quantities
+    format_amount(v, resource)       -> an amount as kubectl prints it ("16Gi", "500m", "8"): the
+                                        one formatter for amounts shown to users (reasons, reports)
 A pydantic field typed ``Quantity`` accepts str/int/float, serialises back to exactly what was
 given (text or JSON number), and has the int-or-string JSON schema Kubernetes CRDs use.
 
@@ -57,7 +59,16 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-__all__ = ["QUANTITY_PATTERN", "Format", "Quantity", "QuantityError", "parse_quantity"]
+__all__ = [
+    "QUANTITY_PATTERN",
+    "Format",
+    "Quantity",
+    "QuantityError",
+    "amount_quantity",
+    "format_amount",
+    "is_bytes",
+    "parse_quantity",
+]
 
 Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
 
@@ -450,3 +461,34 @@ class Quantity:
 
 def parse_quantity(text: str) -> Quantity:
     return Quantity.parse(text)
+
+
+# resources counted in bytes (also as the last segment of a name: ``gpu.nvidia.com/memory``)
+_BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage", "storage"})
+
+
+def is_bytes(resource: str) -> bool:
+    """Whether amounts of ``resource`` are bytes: ``memory``, ``ephemeral-storage``, ``storage``,
+    ``hugepages-*``, and names ending in one of them (a device capacity ``gpu.nvidia.com/memory``)."""
+    base = resource.rsplit("/", 1)[-1]
+    return base in _BYTE_RESOURCES or base.startswith("hugepages-")
+
+
+def format_amount(value: Fraction | int | Quantity, resource: str | None = None) -> str:
+    """An amount as kubectl prints a quantity: its canonical text (``500m``, ``8``, ``1500``).
+    Amounts of bytes (``is_bytes(resource)``) print in the shorter of the BinarySI and DecimalSI
+    forms, BinarySI when as short (``16Gi``, ``16G``, ``140706Mi``), so a sum of ``Gi`` requests
+    reads as one; everything else prints DecimalSI (``0.5`` -> ``500m``). A value finer than 1n
+    rounds to 1n away from zero, as a parsed quantity does."""
+    return amount_quantity(value, resource).canonical()
+
+
+def amount_quantity(value: Fraction | int | Quantity, resource: str | None = None) -> Quantity:
+    """The amount as a quantity in the format :func:`format_amount` prints it in (for API objects
+    that carry amounts, e.g. a Workload's ``resourceUsage``)."""
+    v = value.value if isinstance(value, Quantity) else Fraction(value)
+    dec = Quantity(v, "DecimalSI")
+    if resource is None or not is_bytes(resource):
+        return dec
+    binary = Quantity(v, "BinarySI")
+    return binary if len(binary.canonical()) <= len(dec.canonical()) else dec

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from queueing.api.quantity import Quantity
+from queueing.api.quantity import format_amount
 from queueing.api.v1beta1 import (
     ACTIVE,
     ClusterQueue,
@@ -26,8 +26,9 @@ from queueing.scheduling.snapshot import AdmittedWorkload
 __all__ = ["queue_statuses"]
 
 
-def _q(v: Fraction) -> str:
-    return str(Quantity.from_value(v))
+def _q(v: Fraction, resource: str) -> str:
+    """An amount as kubectl prints it (``16Gi`` of memory, ``500m`` of cpu)."""
+    return format_amount(v, resource)
 
 
 def _flavors(
@@ -39,9 +40,10 @@ def _flavors(
     by_flavor: dict[str, list[dict[str, Any]]] = {}
     for flavor, resource in order:
         total = used.get((flavor, resource), Fraction(0))
-        entry: dict[str, Any] = {"name": resource, "total": _q(total)}
+        entry: dict[str, Any] = {"name": resource, "total": _q(total, resource)}
         if nominal is not None:
-            entry["borrowed"] = _q(max(Fraction(0), total - nominal.get((flavor, resource), Fraction(0))))
+            borrowed = max(Fraction(0), total - nominal.get((flavor, resource), Fraction(0)))
+            entry["borrowed"] = _q(borrowed, resource)
         if flavor not in by_flavor:
             by_flavor[flavor] = []
             out.append({"name": flavor, "resources": by_flavor[flavor]})

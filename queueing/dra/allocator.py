@@ -202,6 +202,8 @@ class Shortfall:
     available: int
     detail: str
     bound_hit: bool = False
+    device_class: str | None = None  # the request's DeviceClass (when one request is short)
+    in_class: int | None = None  # devices of that class on the node
 
     @property
     def short_by(self) -> int:
@@ -246,6 +248,13 @@ class _BoundHit(Exception):
     pass
 
 
+class _Faulted(Exception):
+    """A selector's CEL runtime error on a device (see ``Allocator._selected``)."""
+
+    def __init__(self, fault: CelFault) -> None:
+        self.fault = fault
+
+
 # ------------------------------------------------------------------ capacity policy
 def consumed_capacity(requested: Fraction | None, cap: DeviceCapacity) -> Fraction | None:
     """What one allocation consumes of a capacity (requestPolicy rounding); None if not allowed."""
@@ -286,13 +295,27 @@ def _tolerated(dev: InventoryDevice, tolerations: tuple[DeviceToleration, ...]) 
 
 
 # ------------------------------------------------------------------ the allocator
+@dataclass(frozen=True, slots=True)
+class CelFault:
+    """A CEL runtime error of one selector on one device, kept with a candidate list. A list is
+    shared by every request of the same shape (``Alternative.signature``), whichever claim built
+    it: the fault names no claim; :meth:`error` names the one at hand."""
+
+    selector: int  # index in ``Alternative.selectors`` (the same for every alternative of the shape)
+    message: str  # "CEL runtime error on device ...: ..."
+
+    def error(self, alt: Alternative) -> AllocationError:
+        sel = alt.selectors[self.selector]
+        return AllocationError(sel.obj, sel.field, self.message)
+
+
 @dataclass(slots=True)
 class _Candidate:
     dev: InventoryDevice
     capacity: tuple[tuple[str, Fraction], ...]  # consumption for multi-allocation devices
     # a CEL runtime error on this device: raised only if the search reaches the device (as upstream,
     # which evaluates selectors lazily), so a fit found earlier is not aborted by a later device
-    error: AllocationError | None = None
+    error: CelFault | None = None
 
 
 @dataclass(slots=True)
@@ -570,11 +593,19 @@ class Allocator:
 
     # ---- static candidates per (request shape, node) ---------------------------------------
     def _selected(self, alt: Alternative, dev: InventoryDevice) -> bool:
+        """Whether the device passes the feature gates and every selector of ``alt`` (in order).
+        Raises :class:`CelFault` wrapped in ``_Faulted`` on a CEL runtime error."""
         if dev.uses_counters and not self.features.partitionable_devices:
             return False
         if dev.multi and not self.features.consumable_capacity:
             return False
-        return all(self.cache.matches(s, dev) for s in alt.selectors)
+        for i, sel in enumerate(alt.selectors):
+            try:
+                if not self.cache.matches(sel, dev):
+                    return False
+            except AllocationError as e:
+                raise _Faulted(CelFault(i, e.message)) from None
+        return True
 
     def _capacity_use(
         self, alt: Alternative, dev: InventoryDevice
@@ -608,17 +639,8 @@ class Allocator:
         return result
 
     def _clean_candidates(self, alt: Alternative, node: Node) -> tuple[_Candidate, ...] | None:
-        """``candidates(alt, node)`` when none has a CEL error, else None. A list with an error
-        names the claim that built it first (the error's message is kept with it): such a list is
-        not kept from here, where ``alt`` may stand for another claim of the same shape."""
-        key = (alt.signature, node.name)
-        hit = self._candidates.get(key)
-        if hit is None:
-            hit = self._candidates_of(alt, node)
-            if any(c.error is not None for c in hit):
-                return None
-            self._candidates[key] = hit
-            return hit
+        """``candidates(alt, node)`` when none has a CEL error, else None."""
+        hit = self.candidates(alt, node)
         return hit if self._list_flags(hit)[1] else None
 
     def _list_flags(self, cands: tuple[_Candidate, ...]) -> tuple[tuple[_Candidate, ...], bool, bool]:
@@ -642,7 +664,11 @@ class Allocator:
         out: list[_Candidate] = []
         for dev in self.inventory.devices_on(node):
             if not dev.pool_ok:
-                if alt.all_mode and self._selected(alt, dev):
+                try:
+                    selected = alt.all_mode and self._selected(alt, dev)
+                except _Faulted as f:
+                    raise f.fault.error(alt) from None
+                if selected:
                     pool = self.inventory.pools[(dev.key[0], dev.key[1])]
                     why = (
                         "is being updated (incomplete)"
@@ -658,8 +684,8 @@ class Allocator:
             try:
                 if not self._selected(alt, dev):
                     continue
-            except AllocationError as e:
-                out.append(_Candidate(dev, (), e))
+            except _Faulted as f:
+                out.append(_Candidate(dev, (), f.fault))
                 continue
             if self.features.device_taints and dev.taints and not _tolerated(dev, alt.tolerations):
                 continue
@@ -1034,7 +1060,7 @@ class Allocator:
         if s.steps_left < 0:
             raise _BoundHit()
         if cand.error is not None:
-            raise cand.error
+            raise cand.error.error(alt)
         dev = cand.dev
         key = dev.key
         usage = s.usage
@@ -1282,7 +1308,9 @@ class Allocator:
             parts.append(f"{taken} already allocated")
         if blocked_counters:
             parts.append(f"{blocked_counters} blocked by shared counters or consumed capacity")
-        return Shortfall(node_name, pc.key, alt.request, need, free, ", ".join(parts))
+        return Shortfall(
+            node_name, pc.key, alt.request, need, free, ", ".join(parts), False, alt.class_name, in_class
+        )
 
 
 def _layout(claims: Sequence[PreparedClaim]) -> tuple[int, bool]:

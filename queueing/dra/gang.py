@@ -30,6 +30,7 @@ from typing import Literal
 
 from queueing.api.base import ObjectMeta
 from queueing.api.core import Node, Pod, PodResourceClaim, PodSpec
+from queueing.api.quantity import format_amount
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from queueing.dra.allocator import (
     DEFAULT_MAX_STEPS,
@@ -41,6 +42,7 @@ from queueing.dra.allocator import (
     Shortfall,
 )
 from queueing.dra.errors import AllocationError
+from queueing.dra.explain import ObjRef, Part, render
 from queueing.dra.extended import (
     ExtendedRequestMapping,
     ImplicitClaim,
@@ -94,10 +96,6 @@ _KIND_RANK: dict[str, int] = {
 }
 
 
-def _fmt(v: Fraction) -> str:
-    return str(v.numerator) if v.denominator == 1 else f"{float(v):.3f}"
-
-
 def _pod_requests(pod: Pod) -> dict[str, Fraction]:
     """Effective requests of every resource (cpu, memory, extended resources, ...): the sum over
     containers and sidecars, at least the largest plain init container; one pod slot."""
@@ -147,19 +145,37 @@ class NodeMiss:
     kind: MissKind
     message: str
     short_by: Fraction = Fraction(0)  # how much is missing, in the unit of ``kind``
-    claim: str | None = None
+    claim: str | None = None  # namespace/name
     request: str | None = None
+    detail: str = ""  # devices: what the message says after the claim and request
+    device_class: str | None = None  # devices: the class of the request
+    in_class: int | None = None  # devices: devices of that class on the node
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """``message`` with the claim as a reference (see ``queueing.dra.explain``)."""
+        if self.kind == "devices" and self.claim is not None and self.request is not None:
+            return ("claim ", ObjRef("ResourceClaim", self.claim), f", request {self.request}: {self.detail}")
+        return (self.message,)
 
 
 @dataclass(frozen=True, slots=True)
 class GangExplanation:
-    """Why a gang does not fit: the pod that could not be placed and its closest node."""
+    """Why a gang does not fit: the pod that could not be placed and its closest node. ``parts``
+    is ``message`` with the gang's pods and claims as references (``queueing.dra.explain``)."""
 
     pod: str
     message: str
     best: NodeMiss | None
     nodes_checked: int
     bound_hit: bool = False
+    parts: tuple[Part, ...] = ()
+
+    @classmethod
+    def of(
+        cls, pod: str, parts: tuple[Part, ...], best: NodeMiss | None, checks: int, bound_hit: bool = False
+    ) -> GangExplanation:
+        return cls(pod, render(parts), best, checks, bound_hit, parts)
 
     def __str__(self) -> str:
         return self.message
@@ -723,7 +739,7 @@ class _Gang:
                 return NodeMiss(
                     node.name,
                     r if r in _RESOURCES else "resource",  # type: ignore[arg-type]
-                    f"{r}: needs {_fmt(need)}, {_fmt(max(free, Fraction(0)))} free"
+                    f"{r}: needs {format_amount(need, r)}, {format_amount(max(free, _ZERO), r)} free"
                     + (
                         ""
                         if have or "/" not in r
@@ -855,25 +871,38 @@ class _Gang:
                 stuck = plan
                 break
         if stuck is None:  # a greedy pass fits: only the bound stopped the search
-            return GangExplanation(
+            return GangExplanation.of(
                 self.plans[0].key if self.plans else "",
-                f"search stopped after {self.checks} node checks (work bound); the gang may fit",
+                (f"search stopped after {self.checks} node checks (work bound); the gang may fit",),
                 None,
                 self.checks,
                 bound_hit=True,
             )
         misses = [self._miss(stuck, i) for i in range(len(self.state.nodes))]
         placed = len(self.placements)
+        pod = ObjRef("Pod", stuck.key)
         if not misses:
-            return GangExplanation(stuck.key, f"pod {stuck.key}: no nodes", None, self.checks, bound_hit)
-        best = min(misses, key=lambda m: (_KIND_RANK[m.kind], m.short_by, self.state.node_index[m.node]))
-        head = (
-            f"pod {stuck.key} (pod {placed + 1} of {len(self.plans)}) fits on none of "
-            f"{len(misses)} nodes after {placed} placed; best node {best.node}: {best.message}"
+            return GangExplanation.of(stuck.key, ("pod ", pod, ": no nodes"), None, self.checks, bound_hit)
+        # the closest node; among device misses one that has devices of the request's class
+        best = min(
+            misses,
+            key=lambda m: (
+                _KIND_RANK[m.kind],
+                1 if m.in_class == 0 else 0,
+                m.short_by,
+                self.state.node_index[m.node],
+            ),
+        )
+        parts: tuple[Part, ...] = (
+            "pod ",
+            pod,
+            f" (pod {placed + 1} of {len(self.plans)}) fits on none of {len(misses)} nodes after "
+            f"{placed} placed; best node {best.node}: ",
+            *best.parts,
         )
         if bound_hit:
-            head += f" (search stopped after {self.checks} node checks)"
-        return GangExplanation(stuck.key, head, best, self.checks, bound_hit)
+            parts += (f" (search stopped after {self.checks} node checks)",)
+        return GangExplanation.of(stuck.key, parts, best, self.checks, bound_hit)
 
     def _miss(self, plan: _PodPlan, i: int) -> NodeMiss:
         miss = self._static_miss(plan, i) or self._dynamic_miss(plan, i)
@@ -895,6 +924,9 @@ class _Gang:
             Fraction(got.short_by),
             claim=got.claim,
             request=got.request,
+            detail=got.detail,
+            device_class=got.device_class,
+            in_class=got.in_class,
         )
 
 

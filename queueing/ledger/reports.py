@@ -17,11 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from queueing.api.quantity import format_amount
 from queueing.ledger.types import MS_PER_DAY, from_ms, to_ms
 
 
@@ -38,6 +40,10 @@ class Report:
     order_by: tuple[str, ...]
     filters: tuple[str, ...]  # columns a user may filter on
     time: str  # "none" | "bounds" (:since_ms/:until_ms inside the SQL) | "day" (filter the day column)
+    # columns holding amounts of the resource named in column ``amounts_of``: the table prints them
+    # as kubectl prints quantities (``16Gi``, ``500m``); csv and json keep the numbers
+    amounts: tuple[str, ...] = ()
+    amounts_of: str = "resource"
 
     @property
     def view(self) -> str:
@@ -127,6 +133,7 @@ FROM c
     order_by=("cluster_queue", "flavor", "resource"),
     filters=("cluster_queue", "cohort", "flavor", "resource"),
     time="none",
+    amounts=("nominal", "borrowing_limit", "lending_limit", "usage", "borrowed", "lent"),
 )
 
 DEVICE_HOURS = Report(
@@ -320,6 +327,8 @@ FROM r WHERE rn = 1
     order_by=("cohort", "cluster_queue"),
     filters=("cohort", "cluster_queue"),
     time="none",
+    amounts=("borrowed", "cohort_lendable"),
+    amounts_of="dominant_resource",
 )
 
 REPORTS: dict[str, Report] = {
@@ -494,12 +503,28 @@ def format_rows(result: ReportResult, fmt: str) -> str:
         w.writerows(cells)
         return buf.getvalue()
     if fmt == "table":
+        cells = [_table_cells(result.report, cols, r) for r in result.rows]
         widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
         lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]
         for r in cells:
             lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
         return "\n".join(lines) + "\n"
     raise ReportError(f"unknown output format {fmt!r} (table, csv, json)")
+
+
+def _table_cells(report: Report, cols: Sequence[str], row: Sequence[Any]) -> list[str]:
+    """A row as the table prints it: amounts of a named resource as quantities (``16Gi``)."""
+    values = dict(zip(cols, row, strict=True))
+    resource = values.get(report.amounts_of)
+    out = []
+    for c, v in values.items():
+        if v is None:
+            out.append("")
+        elif c in report.amounts and isinstance(resource, str) and isinstance(v, int | Decimal):
+            out.append(format_amount(Fraction(v), resource))
+        else:
+            out.append(str(v))
+    return out
 
 
 def all_reports() -> Sequence[Report]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from queueing.scheduling.placer import Placement, PlacementFailure, Placer
 from queueing.scheduling.quota import QuotaTree, to_units
+from queueing.scheduling.reasons import Why
 from queueing.scheduling.snapshot import (
     ClusterQueueSpec,
     FlavorResource,
@@ -64,6 +65,7 @@ class Outcome:
     preemptible: tuple[Combo, ...]
     message: str  # why it does not fit now (empty when it does)
     hard: bool = False  # can never fit in this ClusterQueue as configured
+    why: Why | None = None  # ``message`` as data, when it names the workload's pods or claims
 
 
 def _is_capacity(resource: str) -> bool:
@@ -347,6 +349,7 @@ class Assigner:
         fallback: Assignment | None = None
         preemptible: list[Combo] = []
         first_msg = ""
+        first_why: Why | None = None  # first_msg as data (a placement failure's)
         all_nofit = True
         for combo in combos:
             res_flavor, specs = self._flavor_map(shape, wl, combo)
@@ -364,7 +367,10 @@ class Assigner:
             placed = self.placer.place(wl, counts, specs, state)
             if isinstance(placed, PlacementFailure):
                 preemptible.append(combo)
-                first_msg = first_msg or f"couldn't place the gang: {placed.message}"
+                if not first_msg:
+                    first_msg = f"couldn't place the gang: {placed.message}"
+                    if placed.why is not None:
+                        first_why = placed.why.prefixed("couldn't place the gang: ")
                 if fung.when_can_preempt == "Preempt":
                     break
                 continue
@@ -391,5 +397,9 @@ class Assigner:
         if fallback is not None:
             return Outcome(fallback, tuple(preemptible), "")
         return Outcome(
-            None, tuple(preemptible), first_msg or "does not fit", hard=all_nofit and not preemptible
+            None,
+            tuple(preemptible),
+            first_msg or "does not fit",
+            hard=all_nofit and not preemptible,
+            why=first_why,
         )

@@ -130,6 +130,7 @@ class SchedulingConfig(_Model):
     wait_for_pods_ready: WaitForPodsReady = Field(default_factory=WaitForPodsReady)
     # safety valve for the eviction planner's search (candidate pairs examined per preemptor)
     max_preemption_pairs: int = 400
+    verify: bool = False
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "configuration") -> SchedulingConfig:

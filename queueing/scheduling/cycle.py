@@ -42,6 +42,7 @@ from queueing.scheduling.ordering import entry_penalty, usage_by_resource, weigh
 from queueing.scheduling.placer import Placer
 from queueing.scheduling.preemption import CohortState, PlanMemo, PreemptionPlan, plan_preemption
 from queueing.scheduling.quota import QuotaTree
+from queueing.scheduling.reasons import Why
 from queueing.scheduling.snapshot import (
     AdmittedWorkload,
     ClusterQueueSpec,
@@ -101,18 +102,34 @@ class Eviction:
 @dataclass(frozen=True)
 class PendingReason:
     """Kueue-style QuotaReserved=False condition: reason and a message that says what blocks.
-    (Shared by every workload it applies to; ``CycleResult.pending`` maps keys to it.)"""
+    One object may stand for every workload of a run (``PendingReasons.groups``): when the message
+    names a workload's own pods or claims, ``why`` has it as data and ``message`` is its text for no
+    workload in particular; :meth:`for_workload` gives the reason as written to one workload.
+    Compared by value."""
 
     cluster_queue: str | None
     reason: str  # Pending | Inadmissible | Preempting | Backoff | Deactivated
     message: str
+    why: Why | None = None
+
+    def text_for(self, key: str) -> str:
+        """The message for the workload ``key`` (``namespace/name``)."""
+        return self.message if self.why is None else self.why.render(key)
+
+    def for_workload(self, key: str) -> PendingReason:
+        """This reason as written to the workload ``key``: its message names that workload's pods."""
+        if self.why is None:
+            return self
+        return PendingReason(self.cluster_queue, self.reason, self.why.render(key), self.why)
 
 
 class PendingReasons(Mapping[str, PendingReason]):
-    """Workload key -> its pending reason. A reason often applies to a whole run of workloads (the
-    rest of a run whose head did not fit): those are kept as one group and only indexed by key when
-    looked up by key; ``groups()`` gives them as they are, which is what a caller comparing with
-    the previous cycle's reasons needs."""
+    """Workload key -> its pending reason, as written to that workload (``for_workload``). A reason
+    often applies to a whole run of workloads (the rest of a run whose head did not fit): those are
+    kept as one group and only indexed by key when looked up by key; ``groups()`` gives them as
+    they are (one reason object per group, the same for every workload of it: render it with
+    ``PendingReason.for_workload``), which is what a caller comparing with the previous cycle's
+    reasons needs."""
 
     def __init__(self) -> None:
         self._one: dict[str, PendingReason] = {}
@@ -151,7 +168,7 @@ class PendingReasons(Mapping[str, PendingReason]):
 
     def __getitem__(self, key: str) -> PendingReason:
         got = self._one.get(key)
-        return got if got is not None else self._all()[key]
+        return (got if got is not None else self._all()[key]).for_workload(key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._all())
@@ -481,15 +498,34 @@ def run_cycle(
 
     def advance(name: str, failed: PendingReason | None = None) -> None:
         """Move past the head; ``failed``: the head did not fit and, as capacity only shrinks
-        during a cycle, neither do the rest of its kind (same fit signature, no higher priority)."""
+        during a cycle, neither do the rest of its kind (same fit signature, no higher priority):
+        they get the head's reason, which names no workload's objects but as ``why`` references
+        (``config.verify``: each one's own reason is computed too and must be equal)."""
         q = qs[name]
         stale.add(name)
         if failed is not None:
-            pending.set_all(q.drop_head_kind(), failed)
+            rest = q.drop_head_kind()
+            if config.verify:
+                verify_rest(cqs[name], rest, failed)
+            pending.set_all(rest, failed)
         else:
             q.pop_head()
         if afs is not None and cqs[name].admission_fair_sharing:
             q.rekey()  # entry penalties changed the LocalQueue shares
+
+    def verify_rest(cq: ClusterQueueSpec, rest: list[WorkloadInfo], failed: PendingReason) -> None:
+        """The run shortcut's claim: none of ``rest`` fits now, and each one's own reason is
+        ``failed`` (the pending reason a head gets when it fits neither whole nor partially)."""
+        for w in rest:
+            full_w = {ps.name: ps.count for ps in w.pod_sets}
+            got = assigner.try_assign(cq, w, full_w, tree, state)
+            own = PendingReason(cq.name, "Pending", got.message, got.why)
+            if got.assignment is not None or own != failed:
+                what = "fits" if got.assignment is not None else f"has its own reason {own!r}"
+                raise RuntimeError(
+                    f"verify: run shortcut: {w.key} (fit signature of the head) {what}; "
+                    f"the head's reason was {failed!r}"
+                )
 
     def block(name: str, head: WorkloadInfo) -> None:
         reason = PendingReason(
@@ -620,7 +656,7 @@ def run_cycle(
                 dirty.update(key_nodes(name))
                 advance(name)
                 continue
-        reason = PendingReason(name, "Pending", out.message)
+        reason = PendingReason(name, "Pending", out.message, out.why)
         pending.set(wl.key, reason)
         if cq.queueing_strategy == "StrictFIFO":
             block(name, wl)

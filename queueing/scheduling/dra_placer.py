@@ -25,6 +25,10 @@ as it is with everything admitted or planned so far. :class:`DraPlacer` answers 
   allocator's explanation: which pod (and claim/request) could not be placed, its best node and how
   short it is. Input errors that abort allocation (unknown template, CEL error, ...) are failures
   too, with the allocator's message naming the object and the field: they never abort a cycle.
+  The workload's own pods and claims in either are references (``PlacementFailure.why``, see
+  ``queueing.scheduling.reasons``): a pod by pod set and index, a claim by its name in the pod spec
+  (``claim gpus of pod ns/w-main-0 (from ResourceClaimTemplate ns/t): <field>: <message>``), so
+  the text is right for every workload of the shape it is given to.
 
 States are values (:class:`DraState`: workload key -> plans held). The placer keeps one mutable
 :class:`~queueing.dra.gang.ClusterState` and brings it in step with whatever state it is asked
@@ -71,12 +75,25 @@ from queueing.api.resource import (
 from queueing.dra.allocator import ClaimAllocation, SelectorCache
 from queueing.dra.charges import charge_gang, charge_own_claims
 from queueing.dra.errors import AllocationError
-from queueing.dra.extended import ExtendedRequestMapping, is_extended_resource_claim, pod_extended_requests
+from queueing.dra.explain import Part as DraPart
+from queueing.dra.extended import (
+    EXTENDED_RESOURCE_CLAIM_SUFFIX,
+    ExtendedRequestMapping,
+    is_extended_resource_claim,
+    pod_extended_requests,
+)
 from queueing.dra.features import Features
-from queueing.dra.gang import DEFAULT_MAX_NODE_CHECKS, ClusterState, place_gang, place_simple
+from queueing.dra.gang import (
+    DEFAULT_MAX_NODE_CHECKS,
+    ClusterState,
+    GangExplanation,
+    place_gang,
+    place_simple,
+)
 from queueing.dra.gang import _pod_requests as pod_requests  # one definition of a pod's requests
 from queueing.dra.inventory import Pick
 from queueing.scheduling.placer import Placement, PlacementFailure
+from queueing.scheduling.reasons import Part, PodClaimRef, PodRef, Why, pod_name
 from queueing.scheduling.snapshot import AdmittedWorkload, FlavorSpec, Toleration, WorkloadInfo
 
 __all__ = [
@@ -94,11 +111,6 @@ __all__ = [
     "RecordedPod",
     "pod_name",
 ]
-
-
-def pod_name(workload: str, pod_set: str, index: int) -> str:
-    """Name of the ``index``-th pod of a pod set in plans (``<workload>-<podset>-<index>``)."""
-    return f"{workload}-{pod_set}-{index}"
 
 
 # ------------------------------------------------------------------------------------ requests
@@ -596,10 +608,12 @@ class DraPlacer:
             kw = {} if self.max_node_checks is None else {"max_node_checks": self.max_node_checks}
             result = place_gang(pods, self.cluster, **kw)
         except AllocationError as e:
-            return PlacementFailure(str(e))
+            return _failure("allocation-error", slots, error=e)
         if not result.placed:
             expl = result.explanation
-            return PlacementFailure(expl.message if expl is not None else "the gang does not fit")
+            if expl is None:
+                return PlacementFailure("the gang does not fit")
+            return _failure("placement", slots, expl=expl)
         txn = result.transaction
         assert txn is not None
         try:
@@ -1294,6 +1308,68 @@ class DraPlacer:
                 )
             )
         return DraPlan(tuple(out))
+
+
+# ---- failures as data (``queueing.scheduling.reasons``) ------------------------------------------
+_Slots = Mapping[str, tuple[Pod, str, int]]  # pod key -> pod, pod set, index (``DraPlacer._pods``)
+
+
+def _own_refs(slots: _Slots, only: str | None = None) -> dict[tuple[str, str], tuple[Part, str]]:
+    """(kind, key) -> reference and where it comes from, for the pods of a workload (``only``: that
+    pod) and their own claims: from templates (``<pod>-<name in the pod spec>``, from
+    ``ResourceClaimTemplate ns/t``) and the implicit claim for extended resources."""
+    out: dict[tuple[str, str], tuple[Part, str]] = {}
+    keys = list(slots) if only is None else [only] if only in slots else []
+    for key in keys:
+        pod, ps, i = slots[key]
+        ns = pod.namespace or "default"
+        out[("Pod", key)] = (PodRef(ps, i), "")
+        for prc in pod.spec.resource_claims or []:
+            if prc.resource_claim_template_name:
+                origin = f"ResourceClaimTemplate {ns}/{prc.resource_claim_template_name}"
+                out[("ResourceClaim", f"{key}-{prc.name}")] = (PodClaimRef(ps, i, prc.name), origin)
+        ext = EXTENDED_RESOURCE_CLAIM_SUFFIX
+        out[("ResourceClaim", f"{key}{ext}")] = (PodClaimRef(ps, i, ext.lstrip("-")), "")
+    return out
+
+
+def _error_parts(e: AllocationError, refs: Mapping[tuple[str, str], tuple[Part, str]]) -> tuple[Part, ...]:
+    """An allocation error's text, its object a reference when it is the workload's pod or claim
+    (``claim gpus of pod ns/w-main-0 (from ResourceClaimTemplate ns/t): <field>: <message>``)."""
+    kind, _, key = e.obj.partition(" ")
+    ref, origin = refs.get((kind, key), (None, ""))
+    tail = (f" (from {origin})" if origin else "") + (
+        f": {e.field}: {e.message}" if e.field else f": {e.message}"
+    )
+    if isinstance(ref, PodClaimRef):
+        return ("claim ", ref, " of pod ", PodRef(ref.pod_set, ref.index), tail)
+    if isinstance(ref, PodRef):
+        return ("Pod ", ref, tail)
+    return (str(e),)
+
+
+def _failure(
+    kind: str, slots: _Slots, error: AllocationError | None = None, expl: GangExplanation | None = None
+) -> PlacementFailure:
+    """A placement failure (an allocation error or the gang's explanation) whose pods and claims of
+    the workload are references (a ``Why``), so that it reads right for any workload of the shape."""
+    parts: tuple[Part, ...]
+    if error is not None:
+        parts = _error_parts(error, _own_refs(slots))
+    else:
+        assert expl is not None
+        refs = _own_refs(slots, expl.pod)  # an explanation names the pod that fits nowhere, its claims
+        dra: tuple[DraPart, ...] = expl.parts or (expl.message,)
+        parts = tuple(p if isinstance(p, str) else refs.get((p.kind, p.key), (p.key, ""))[0] for p in dra)
+    best = expl.best if expl is not None else None
+    why = Why(
+        kind,
+        parts,
+        best.device_class if best is not None else None,
+        best.node if best is not None else None,
+        (("short", best.short_by),) if best is not None and best.short_by else (),
+    )
+    return PlacementFailure(why.render(), why)
 
 
 def _pod_spec(dps: DraPodSet, flavors: Sequence[FlavorSpec]) -> PodSpec:

@@ -30,7 +30,7 @@ from fractions import Fraction
 
 from queueing.api.base import KubeObject, ObjectMeta
 from queueing.api.core import Namespace, Pod, PodTemplateSpec, PriorityClass
-from queueing.api.quantity import Quantity
+from queueing.api.quantity import Quantity, amount_quantity
 from queueing.api.resource import (
     DeviceClass,
     DeviceRequestAllocationResult,
@@ -534,8 +534,9 @@ def _device(d: DeviceRequestAllocationResult) -> AllocatedDevice:
     return AllocatedDevice.model_validate(kw)
 
 
-def _q(v: Fraction) -> Quantity:
-    return Quantity.from_value(v)
+def _q(v: Fraction, resource: str) -> Quantity:
+    """An amount of ``resource`` as kubectl prints it (``16Gi`` of memory)."""
+    return amount_quantity(v, resource)
 
 
 def admission_status(adm: Admission) -> ApiAdmission:
@@ -594,7 +595,7 @@ def admission_status(adm: Admission) -> ApiAdmission:
             PodSetAssignment(
                 name=ps.name,
                 flavors=fl or None,
-                resource_usage={r: _q(v) for r, v in sorted(mine.items())} or None,
+                resource_usage={r: _q(v, r) for r, v in sorted(mine.items())} or None,
                 count=a.counts.get(ps.name, ps.count),
                 placements=by_ps.get(ps.name) or None,
             )

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Protocol, TypeVar
 
+from queueing.scheduling.reasons import Why
 from queueing.scheduling.snapshot import AdmittedWorkload, FlavorSpec, PodSetInfo, Taint, WorkloadInfo
 
 __all__ = [
@@ -48,9 +49,12 @@ class Placement:
 
 @dataclass(frozen=True)
 class PlacementFailure:
-    """Why the gang cannot be placed (best node, how short, which claim)."""
+    """Why the gang cannot be placed (best node, how short, which claim). When the text names
+    the workload's own pods or claims, ``why`` has it as data (``queueing.scheduling.reasons``) and
+    ``message`` is its rendering for no workload in particular."""
 
     message: str
+    why: Why | None = None
 
 
 class Placer(Protocol[S]):

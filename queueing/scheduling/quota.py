@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from queueing.api.quantity import format_amount
 from queueing.scheduling.snapshot import ClusterQueueSpec, CohortSpec, FlavorResource, ResourceQuota
 
 __all__ = ["FitMode", "QuotaFit", "QuotaTree", "cohort_cycles", "cohort_id", "cq_id"]
@@ -115,25 +116,25 @@ class QuotaFit:
 
 @functools.lru_cache(maxsize=1 << 12)
 def _message(nofit: bool, flavor: str, res: str, req: int, have: int) -> str:
-    """:meth:`QuotaFit.message` (amounts in units); cached: the same misses come back every cycle."""
+    """:meth:`QuotaFit.message` (amounts in units, printed as kubectl prints quantities: ``16Gi``,
+    ``500m``); cached: the same misses come back every cycle."""
     if nofit:
         return (
             f"insufficient quota for {res} in flavor {flavor}, request > maximum capacity "
-            f"({_fmt_units(req)} > {_fmt_units(have)})"
+            f"({_fmt_units(req, res)} > {_fmt_units(have, res)})"
         )
-    return f"insufficient unused quota for {res} in flavor {flavor}, {_fmt_units(req - have)} more needed"
+    return (
+        f"insufficient unused quota for {res} in flavor {flavor}, {_fmt_units(req - have, res)} more needed"
+    )
 
 
 _FITS = QuotaFit("Fit", False)
 _FITS_BORROWING = QuotaFit("Fit", True)
 
 
-def _fmt_units(n: int) -> str:
-    """An amount in units as text: the whole number, else the float ``%g`` (``n / SCALE`` is the
-    correctly rounded float of the exact amount, as ``float(Fraction)`` is)."""
-    if n % SCALE == 0:
-        return str(n // SCALE)
-    return format(n / SCALE, "g")
+def _fmt_units(n: int, resource: str) -> str:
+    """An amount of ``resource`` in units as text (``queueing.api.quantity.format_amount``)."""
+    return format_amount(from_units(n), resource)
 
 
 def cohort_cycles(specs: Mapping[str, CohortSpec]) -> dict[str, str]:

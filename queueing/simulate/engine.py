@@ -167,10 +167,11 @@ class _Reasons:
     # heads) for the comparison below to look for it
     _SHIFT = 64
 
-    def __init__(self) -> None:
+    def __init__(self, verify: bool = False) -> None:
         self.last: dict[str, PendingReason] = {}
         self.nominated: set[str] = set()
         self._groups: dict[str, tuple[list[WorkloadInfo], PendingReason]] = {}  # run -> last group
+        self.verify = verify  # also compare every workload's reason with its last one (``_check``)
 
     def forget(self, key: str) -> None:
         self.last.pop(key, None)
@@ -187,6 +188,7 @@ class _Reasons:
         again next time."""
         changed: list[tuple[str, PendingReason]] = []
         last = self.last
+        before = dict(last) if self.verify else None
         groups: dict[str, tuple[list[WorkloadInfo], PendingReason]] = {}
         for ws, one, pr in pending_groups(pending):
             todo: Sequence[WorkloadInfo] | None = ws
@@ -221,7 +223,32 @@ class _Reasons:
             last.update(dict.fromkeys(keys, pr))
         self._groups = groups
         changed.sort(key=itemgetter(0))
+        if before is not None:
+            self._check(before, pending, present, changed)
         return changed
+
+    def _check(
+        self,
+        before: Mapping[str, PendingReason],
+        pending: Mapping[str, PendingReason],
+        present: Backlog,
+        changed: list[tuple[str, PendingReason]],
+    ) -> None:
+        """Verify mode: ``changes`` skips the parts of groups that agree with last cycle's; the
+        general computation compares every workload's reason with its last one by value."""
+        want: list[tuple[str, PendingReason]] = []
+        for ws, one, pr in pending_groups(pending):
+            for key in [w.key for w in ws] if ws is not None else [one] if one is not None else []:
+                if self.last.get(key) != pr:
+                    raise RuntimeError(f"verify: pending reasons: {key} is remembered with another reason")
+                if key in present and before.get(key) != pr:
+                    want.append((key, pr))
+        want.sort(key=itemgetter(0))
+        if want != changed:
+            raise RuntimeError(
+                "verify: pending reasons: changes reported "
+                f"{[k for k, _ in changed]}, changed by value {[k for k, _ in want]}"
+            )
 
 
 class Simulation:
@@ -292,7 +319,7 @@ class Simulation:
         started: dict[str, int] = {}  # key -> admission serial (to ignore stale finish entries)
         ends: list[tuple[float, int, str]] = []
         serial = 0
-        reasons = _Reasons()
+        reasons = _Reasons(cfg.verify)
         events: list[SimEvent] = []
         samples: list[Sample] = []
         stats: dict[str, QueueSummary] = {cq.name: QueueSummary() for cq in q.cluster_queues}
@@ -510,7 +537,7 @@ class Simulation:
                 pw = pending.get(key)
                 assert pw is not None
                 pcq = pr.cluster_queue or lq_of.get(pw.queue_key)
-                events.append(SimEvent(now, "Inadmissible", key, pcq, f"{pr.reason}: {pr.message}"))
+                events.append(SimEvent(now, "Inadmissible", key, pcq, f"{pr.reason}: {pr.text_for(key)}"))
             busy = placer.busy_units(state)
             per_cq = {cq: n for cq, n in pending_per_cq.items() if n}
             if samples and samples[-1].time == now:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from queueing.api.quantity import QUANTITY_PATTERN, Quantity, QuantityError
+from queueing.api.quantity import QUANTITY_PATTERN, Quantity, QuantityError, format_amount, is_bytes
 
 Ki, Mi, Gi, Ti, Pi, Ei = (2**10, 2**20, 2**30, 2**40, 2**50, 2**60)
 MAX_INT64 = 2**63 - 1
@@ -393,3 +393,45 @@ def _exact(text: str) -> F:
     if text and text[-1] in dec:
         return F(text[:-1]) * F(10) ** dec[text[-1]]
     return F(text)
+
+
+# ---- amounts shown to users (reasons, reports): as kubectl prints quantities
+@pytest.mark.parametrize(
+    ("value", "resource", "text"),
+    [
+        (16 * 2**30, "memory", "16Gi"),
+        (141 * 2**30, "gpu.nvidia.com/memory", "141Gi"),
+        (147540934656, "memory", "140706Mi"),  # a sum of Mi amounts, not a whole Gi
+        (16 * 10**9, "memory", "16G"),  # decimal is shorter: as given
+        (1024, "memory", "1Ki"),
+        (1000, "ephemeral-storage", "1k"),
+        (2**21, "hugepages-2Mi", "2Mi"),
+        (F(1, 2), "cpu", "500m"),
+        (F(3, 2), "cpu", "1500m"),
+        (1024, "cpu", "1024"),  # not bytes: never binary
+        (8, "gpu.nvidia.com", "8"),
+        (0, "memory", "0"),
+        (-(2**30), "memory", "-1Gi"),
+        (F(1, 3), "cpu", "333333334n"),  # finer than 1n rounds away from zero, as parsing does
+        (F(5, 2), None, "2500m"),
+    ],
+)
+def test_format_amount_prints_as_kubectl(value: int | F, resource: str | None, text: str) -> None:
+    assert format_amount(value, resource) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(2**62), 2**62), st.integers(0, 9), st.sampled_from(["memory", "cpu", "gpu", "x/memory"]))
+def test_format_amount_reads_back_as_the_amount(n: int, nano_digits: int, resource: str) -> None:
+    value = F(n, 10**nano_digits)
+    back = Quantity.parse(format_amount(value, resource)).value
+    assert back == value  # exact: every value here is a multiple of 1n
+    assert format_amount(Quantity.from_value(value), resource) == format_amount(value, resource)
+
+
+def test_is_bytes() -> None:
+    assert all(
+        is_bytes(r)
+        for r in ("memory", "storage", "ephemeral-storage", "hugepages-1Gi", "gpu.nvidia.com/memory")
+    )
+    assert not any(is_bytes(r) for r in ("cpu", "pods", "nvidia.com/gpu", "gpu.nvidia.com", "memoryless"))

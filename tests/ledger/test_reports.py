@@ -264,6 +264,34 @@ def test_json_and_csv_output() -> None:
     assert table[1].split() == ["ClusterQueue", "solo", "10", "5.5", "5", "9", "10", "10"]
 
 
+def test_table_prints_amounts_as_quantities() -> None:
+    from queueing.ledger.reports import ReportResult
+
+    usage = REPORTS["usage"]
+    rows = [
+        ("team-a", "research", "default", "memory", 68719476736, None, 34359738368, 17179869184, 0, 0),
+        ("team-a", "research", "default", "cpu", 64, None, None, D("0.5"), 0, D("1.5")),
+        ("team-a", "research", "h200", "gpu.nvidia.com", 8, 4, None, 2, 0, 2),
+    ]
+    res = ReportResult(usage, usage.columns, rows)
+    table = [line.split() for line in format_rows(res, "table").splitlines()[1:]]
+    assert table == [
+        ["team-a", "research", "default", "memory", "64Gi", "32Gi", "16Gi", "0", "0"],
+        ["team-a", "research", "default", "cpu", "64", "500m", "0", "1500m"],
+        ["team-a", "research", "h200", "gpu.nvidia.com", "8", "4", "2", "0", "2"],
+    ]
+    # csv and json keep the numbers
+    assert (
+        format_rows(res, "csv").splitlines()[1]
+        == "team-a,research,default,memory,68719476736,,34359738368,17179869184,0,0"
+    )
+    assert json.loads(format_rows(res, "json"))[1]["usage"] == 0.5
+    fair = REPORTS["fair-share"]
+    rows = [("research", "team-b", 1, "default", "memory", 2147483648, 8589934592, D("0.25"), D("0.25"))]
+    line = format_rows(ReportResult(fair, fair.columns, rows), "table").splitlines()[1].split()
+    assert line == ["research", "team-b", "1", "default", "memory", "2Gi", "8Gi", "0.25", "0.25"]
+
+
 async def test_views_exist_in_the_database(ledger: Ledger) -> None:
     async with ledger.engine.connect() as c:
         for report in REPORTS.values():

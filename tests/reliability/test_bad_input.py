@@ -76,7 +76,11 @@ CASES: dict[str, tuple[list[dict[str, Any]], dict[str, Any], tuple[str, ...]]] =
     "malformed CEL in a claim": (
         [template("bad-cel", GPU_CLASS, cel='device.attributes["x"].index >>> 1')],
         job("bad", template="bad-cel"),
-        ("ResourceClaim default/job-bad", "selectors[0].cel.expression", "syntax error"),
+        (
+            "claim gpu of pod default/job-bad-main-0 (from ResourceClaimTemplate default/bad-cel)",
+            "selectors[0].cel.expression",
+            "syntax error",
+        ),
     ),
     "unknown DeviceClass": (
         [template("unknown-class", "no-such-class")],

@@ -3,6 +3,7 @@ monotone in what is taken out (what the eviction planner's shortcuts rely on).""
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sched_helpers import gpu_cq
 
+from queueing.api.quantity import Quantity
 from queueing.scheduling import CohortSpec
 from queueing.scheduling.fairshare import (
     ZERO_SHARE,
@@ -124,22 +126,38 @@ def test_quota_fit_is_monotone_in_what_is_taken_out(
             assert fits([*small, *more], allow_borrow)
 
 
-def _fmt_exact(v: Fraction) -> str:
-    return str(v.numerator) if v.denominator == 1 else format(float(v), "g")
-
-
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 10**12), st.integers(-(10**12), 10**12), st.booleans())
-def test_fit_messages_in_units_read_as_the_exact_amounts(req: int, have: int, nofit: bool) -> None:
-    fit = QuotaFit("NoFit" if nofit else "Preempt", False, ("f", "gpu", req, have))
+@given(
+    st.integers(0, 10**12), st.integers(-(10**12), 10**12), st.booleans(), st.sampled_from(["gpu", "memory"])
+)
+def test_fit_messages_in_units_read_as_the_exact_amounts(req: int, have: int, nofit: bool, res: str) -> None:
+    """The amounts in a quota message are quantities as kubectl prints them, exactly the amounts."""
+    fit = QuotaFit("NoFit" if nofit else "Preempt", False, ("f", res, req, have))
     r, h = from_units(req), from_units(have)
-    assert fit.short == ("f", "gpu", r, h)
+    assert fit.short == ("f", res, r, h)
+    msg = fit.message()
     if nofit:
-        want = f"request > maximum capacity ({_fmt_exact(r)} > {_fmt_exact(h)})"
+        m = re.search(r"request > maximum capacity \((\S+) > (\S+)\)$", msg)
+        assert m is not None, msg
+        assert (Quantity.parse(m.group(1)).value, Quantity.parse(m.group(2)).value) == (r, h)
     else:
-        want = f"{_fmt_exact(r - h)} more needed"
-    assert fit.message().endswith(want)
+        m = re.search(r", (\S+) more needed$", msg)
+        assert m is not None, msg
+        assert Quantity.parse(m.group(1)).value == r - h
     assert QuotaFit("Fit", True).message() == "" and QuotaFit("Fit", True).short is None
+
+
+def test_fit_messages_print_quantities_as_kubectl_does() -> None:
+    gi = 2**30 * 10**9  # 1Gi in units
+    assert (
+        QuotaFit("Preempt", False, ("f", "memory", 20 * gi, 4 * gi)).message().endswith(", 16Gi more needed")
+    )
+    assert QuotaFit("NoFit", False, ("f", "cpu", 10**9 // 2 * 3, 10**9)).message().endswith("(1500m > 1)")
+    assert (
+        QuotaFit("Preempt", False, ("f", "gpu.nvidia.com", 8 * 10**9, 0))
+        .message()
+        .endswith(", 8 more needed")
+    )
 
 
 # the tree's arithmetic written out plainly from the node methods (the tree inlines them)
