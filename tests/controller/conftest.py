@@ -21,7 +21,7 @@ from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator, run_emulator
 from queueing.testing.rbac import RbacAuthorizer
-from tests.controller.standins import StandIns
+from queueing.testing.cluster import StandIns
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"

@@ -9,7 +9,7 @@ from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
-from tests.controller.standins import StandIns
+from queueing.testing.cluster import StandIns
 
 
 def get(

@@ -11,7 +11,7 @@ from queueing.kube.client import JOBS, LOCAL_QUEUES, WORKLOADS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from tests.controller.conftest import Harness, eventually, job
-from tests.controller.standins import StandIns
+from queueing.testing.cluster import StandIns
 from tests.controller.test_admission import cond, running, workload
 from tests.controller.test_eviction import explain
 

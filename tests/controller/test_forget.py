@@ -11,7 +11,7 @@ from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from tests.controller.conftest import Harness, eventually, job
-from tests.controller.standins import JOB_NAME_LABEL, StandIns
+from queueing.testing.cluster import JOB_NAME_LABEL, StandIns
 from tests.controller.test_admission import is_true, running, workload
 
 

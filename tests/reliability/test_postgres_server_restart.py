@@ -25,7 +25,7 @@ from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from tests.controller.conftest import CONTROLLER_TOKEN, eventually
-from tests.controller.standins import StandIns
+from queueing.testing.cluster import StandIns
 from tests.controller.test_process import free_port
 from tests.reliability.pg_cluster import PrivatePostgres
 from tests.reliability.test_database_faults import outage_scenario
