@@ -118,6 +118,7 @@ from queueing.kube.client import (
 from queueing.kube.events import EventRecorder
 from queueing.kube.informer import Informer
 from queueing.kube.writes import each, is_already_exists, is_not_found, retrying
+from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.reconcile import (
     ApplyAdmission,
     EvictAdmission,
@@ -638,14 +639,21 @@ class Controller:
         wpcs = {w.name: w.value for w in self.workload_priority_classes.list()}
         pcs = {p.name: p.value for p in self.priority_classes.list()}
 
+        finished: list[tuple[Workload, bool, Job | None]] = []
+        running: list[Job] = []
+        for job in self.jobs.list():
+            if job.metadata.deletion_timestamp:
+                continue
+            done, succeeded = job_finished(job)
+            if not done:
+                running.append(job)
+            elif (wl := owned.get(job.metadata.uid or "")) is not None and not wl.status.is_true(FINISHED):
+                finished.append((wl, succeeded, job))
+        await self._finish_all(finished)
+
         async def sync(job: Job) -> None:
             wl = owned.get(job.metadata.uid or "")
             uid = wl.metadata.uid if wl is not None else None
-            done, succeeded = job_finished(job)
-            if done:
-                if wl is not None and not wl.status.is_true(FINISHED):
-                    await self._finish(wl, succeeded, job)
-                return
             if not job.spec.suspend and (uid is None or uid not in self.admitted):
                 await self._suspend(job, "not admitted by queueing: suspended until its Workload is admitted")
             if wl is None:
@@ -658,11 +666,7 @@ class Controller:
                     await self._create_workload(want)
 
         # each Job on its own (the writes of one never wait for another's)
-        await each(
-            [j for j in self.jobs.list() if not j.metadata.deletion_timestamp],
-            sync,
-            limit=self.write_concurrency,
-        )
+        await each(running, sync, limit=self.write_concurrency)
 
     # ---- pod groups
     def _groups(self) -> dict[tuple[str, str], list[Pod]]:
@@ -724,12 +728,37 @@ class Controller:
             )
         self.workloads.observe(raw)
 
-    async def _finish(self, wl: Workload, succeeded: bool, job: Job | None) -> None:
+    async def _finish_all(self, finished: list[tuple[Workload, bool, Job | None]]) -> None:
+        """Finished workloads: their quota released in the ledger in one transaction (one by one
+        when the batch is refused, e.g. one of them holds no admission), then their statuses side by
+        side."""
+        if len(finished) < 2:
+            for wl, succeeded, job in finished:
+                await self._finish(wl, succeeded, job)
+            return
+        now = self.clock()
+        items = [
+            (wl.metadata.uid or "", "Succeeded" if ok else "Failed", FINISHED_STATE) for wl, ok, _ in finished
+        ]
+        try:
+            await self.ledger.release_many(items, at=now)
+        except LedgerError:
+            for wl, succeeded, job in finished:
+                await self._finish(wl, succeeded, job)
+            return
+        for _ in finished:
+            fault_point("finish.after_ledger")
+        await each(finished, lambda f: self._finish(*f, released=True), limit=self.write_concurrency)
+
+    async def _finish(
+        self, wl: Workload, succeeded: bool, job: Job | None, *, released: bool = False
+    ) -> None:
         uid = wl.metadata.uid or ""
         now = self.clock()
-        with contextlib.suppress(NotAdmitted):
-            await self.ledger.finish(uid, at=now, reason="Succeeded" if succeeded else "Failed")
-            fault_point("finish.after_ledger")
+        if not released:
+            with contextlib.suppress(NotAdmitted):
+                await self.ledger.finish(uid, at=now, reason="Succeeded" if succeeded else "Failed")
+                fault_point("finish.after_ledger")
         self._hold_released(uid)
         self.admitted.pop(uid, None)
         self.admissions.pop(uid, None)
