@@ -261,7 +261,7 @@ async def run(args: argparse.Namespace) -> int:
                 )
             )
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "queueing", "run", "--config", str(config), "--kubeconfig", str(kubeconfig),
+                args.controller_python, "-m", "queueing", "run", "--config", str(config), "--kubeconfig", str(kubeconfig),
                 stdout=asyncio.subprocess.DEVNULL, stderr=(tmp / "controller.log").open("w"),
             )  # fmt: skip
             await wait_ready(health_port, proc)
@@ -340,6 +340,12 @@ def main() -> int:
     ap.add_argument("--mode", choices=("kueue", "full"), default="kueue")
     ap.add_argument("--fraction", type=float, default=1.0, help="scale the workloads per queue")
     ap.add_argument("--database", help="ledger URL (default: a fresh PostgreSQL database on 127.0.0.1)")
+    ap.add_argument(
+        "--controller-python",
+        default=sys.executable,
+        help="the interpreter that runs `queueing run` (e.g. another checkout's venv, to compare two "
+        "versions of the controller on the same day)",
+    )
     ap.add_argument("--log-level", default="warning", help="the controller's log level (its log is kept)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
     return asyncio.run(run(ap.parse_args()))
