@@ -44,6 +44,7 @@ bench: $(STAMP) postgres
 	$(BIN)/python bench/admission.py
 	$(BIN)/python bench/admission.py --shape large
 	$(BIN)/python bench/controller_path.py
+	$(BIN)/python bench/e2e.py --fraction 0.1
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

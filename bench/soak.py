@@ -39,8 +39,8 @@ from queueing.kube.client import JOBS, KubeClient, api_client_for_url
 from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import run_emulator
+from queueing.testing.cluster import JOB_NAME_LABEL, StandIns, suspend_queued_jobs
 from tests.controller.conftest import CONTROLLER_TOKEN, CRDS, Harness, ManualTime, cluster_objects
-from tests.controller.standins import JOB_NAME_LABEL, StandIns, suspend_queued_jobs
 from tests.controller.test_eviction import prio_job, priority_classes
 from tests.controller.test_process import free_port
 from tests.reliability.crash import crash_config

@@ -118,7 +118,8 @@ from queueing.kube.client import (
 )
 from queueing.kube.events import EventRecorder
 from queueing.kube.informer import Informer
-from queueing.kube.writes import is_already_exists, is_not_found, retrying
+from queueing.kube.writes import each, is_already_exists, is_not_found, retrying
+from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.reconcile import (
     ApplyAdmission,
     EvictAdmission,
@@ -315,6 +316,8 @@ class Controller:
         self.evicting: dict[str, Evicting] = {}  # uid -> eviction in progress (pods/claims not gone yet)
         self.pods_ready_seen: set[str] = set()  # admitted workloads whose pods were all Ready once
         self._wake = asyncio.Event()
+        # independent API writes (one per Workload or Job) in flight at once within a step
+        self.write_concurrency = 16
         self._task: asyncio.Task[None] | None = None
         self._retry_handle: asyncio.TimerHandle | None = None
         self._timer_handles: dict[float, asyncio.TimerHandle] = {}
@@ -653,16 +656,22 @@ class Controller:
         owned = self._workloads_by_owner()
         wpcs = {w.name: w.value for w in self.workload_priority_classes.list()}
         pcs = {p.name: p.value for p in self.priority_classes.list()}
+
+        finished: list[tuple[Workload, bool, Job | None]] = []
+        running: list[Job] = []
         for job in self.jobs.list():
             if job.metadata.deletion_timestamp:
                 continue
+            done, succeeded = job_finished(job)
+            if not done:
+                running.append(job)
+            elif (wl := owned.get(job.metadata.uid or "")) is not None and not wl.status.is_true(FINISHED):
+                finished.append((wl, succeeded, job))
+        await self._finish_all(finished)
+
+        async def sync(job: Job) -> None:
             wl = owned.get(job.metadata.uid or "")
             uid = wl.metadata.uid if wl is not None else None
-            done, succeeded = job_finished(job)
-            if done:
-                if wl is not None and not wl.status.is_true(FINISHED):
-                    await self._finish(wl, succeeded, job)
-                continue
             if not job.spec.suspend and (uid is None or uid not in self.admitted):
                 await self._suspend(job, "not admitted by queueing: suspended until its Workload is admitted")
             if wl is None:
@@ -670,10 +679,12 @@ class Controller:
                     want = workload_for_job(job, wpcs, pcs)
                 except WorkloadError as e:
                     await self.events.emit(job, "Warning", "InvalidJob", str(e))
-                    continue
-                if want is None:
-                    continue
-                await self._create_workload(want)
+                    return
+                if want is not None:
+                    await self._create_workload(want)
+
+        # each Job on its own (the writes of one never wait for another's)
+        await each(running, sync, limit=self.write_concurrency)
 
     # ---- pod groups
     def _groups(self) -> dict[tuple[str, str], list[Pod]]:
@@ -735,12 +746,37 @@ class Controller:
             )
         self.workloads.observe(raw)
 
-    async def _finish(self, wl: Workload, succeeded: bool, job: Job | None) -> None:
+    async def _finish_all(self, finished: list[tuple[Workload, bool, Job | None]]) -> None:
+        """Finished workloads: their quota released in the ledger in one transaction (one by one
+        when the batch is refused, e.g. one of them holds no admission), then their statuses side by
+        side."""
+        if len(finished) < 2:
+            for wl, succeeded, job in finished:
+                await self._finish(wl, succeeded, job)
+            return
+        now = self.clock()
+        items = [
+            (wl.metadata.uid or "", "Succeeded" if ok else "Failed", FINISHED_STATE) for wl, ok, _ in finished
+        ]
+        try:
+            await self.ledger.release_many(items, at=now)
+        except LedgerError:
+            for wl, succeeded, job in finished:
+                await self._finish(wl, succeeded, job)
+            return
+        for _ in finished:
+            fault_point("finish.after_ledger")
+        await each(finished, lambda f: self._finish(*f, released=True), limit=self.write_concurrency)
+
+    async def _finish(
+        self, wl: Workload, succeeded: bool, job: Job | None, *, released: bool = False
+    ) -> None:
         uid = wl.metadata.uid or ""
         now = self.clock()
-        with contextlib.suppress(NotAdmitted):
-            await self.ledger.finish(uid, at=now, reason="Succeeded" if succeeded else "Failed")
-            fault_point("finish.after_ledger")
+        if not released:
+            with contextlib.suppress(NotAdmitted):
+                await self.ledger.finish(uid, at=now, reason="Succeeded" if succeeded else "Failed")
+                fault_point("finish.after_ledger")
         self._hold_released(uid)
         self.admitted.pop(uid, None)
         self.admissions.pop(uid, None)
@@ -919,10 +955,9 @@ class Controller:
             log.warning("not the leader any more: the cycle's decisions are dropped")
             return
         devices = DeviceIndex(self.slices.list())
-        for adm in result.admissions:
-            wl = by_key.get(adm.key)
-            if wl is not None:
-                await self._admit(wl, adm, now, devices)
+        await self._admit_all(
+            [(wl, adm) for adm in result.admissions if (wl := by_key.get(adm.key)) is not None], now, devices
+        )
         admitted_by_key = {a.key: uid for uid, a in self.admitted.items()}
         by_uid = {w.metadata.uid: w for w in self.workloads.list()}
         for plan in result.preemptions:
@@ -1023,14 +1058,43 @@ class Controller:
                         out[f"{ps.name}/{c.name}"] = claim.spec
         return out
 
-    async def _admit(self, wl: Workload, adm: CycleAdmission, now: float, devices: DeviceIndex) -> None:
+    async def _admit_all(
+        self, admits: list[tuple[Workload, CycleAdmission]], now: float, devices: DeviceIndex
+    ) -> None:
+        """Carry out a cycle's admissions: the ledger first, all of them in one transaction (one at a
+        time when the batch is refused, so that a refusal stays with its workload), then the
+        Workloads' statuses, independent writes run side by side."""
+        if not admits or not self.may_act():
+            return
+        todo = [(wl, adm, admission_status(adm)) for wl, adm in admits]
+        reqs = [
+            ledger_request(wl.metadata.uid or "", adm, a, self._claim_specs(wl), devices)
+            for wl, adm, a in todo
+        ]
+        for _ in todo:
+            fault_point("admission.before_ledger")
+        await each([wl for wl, _, _ in todo], self._record, limit=self.write_concurrency)
+        if len(todo) > 1:
+            try:
+                await self.ledger.admit_many(reqs, at=now)
+            except LedgerError:
+                pass  # one of them is refused, or already admitted: each on its own below
+            else:
+                for wl, adm, a in todo:
+                    self._admitted(wl, adm, a, now)
+                await each(
+                    todo, lambda t: self._write_admission(t[0], t[2], now), limit=self.write_concurrency
+                )
+                return
+        for (wl, adm, a), req in zip(todo, reqs, strict=True):
+            await self._admit(wl, adm, a, req, now)
+
+    async def _admit(
+        self, wl: Workload, adm: CycleAdmission, admission: Admission, req: Any, now: float
+    ) -> None:
         uid = wl.metadata.uid or ""
         if not self.may_act():
             return
-        admission = admission_status(adm)
-        req = ledger_request(uid, adm, admission, self._claim_specs(wl), devices)
-        fault_point("admission.before_ledger")
-        await self._record(wl)
         try:
             await self.ledger.admit(req, at=now)
         except AlreadyAdmitted:
@@ -1043,6 +1107,12 @@ class Controller:
             log.warning("the ledger refused to admit %s: %s", wl.key, e)
             await self._set_pending(wl, PendingReason(adm.cluster_queue, "Pending", f"ledger: {e}"))
             return
+        self._admitted(wl, adm, admission, now)
+        await self._write_admission(wl, admission, now)
+
+    def _admitted(self, wl: Workload, adm: CycleAdmission, admission: Admission, now: float) -> None:
+        """What the controller keeps once the ledger holds an admission."""
+        uid = wl.metadata.uid or ""
         self.admitted[uid] = adm.admitted(now)
         self.admissions[uid] = admission
         self.pending_reasons.pop(wl.key, None)
@@ -1052,7 +1122,6 @@ class Controller:
         waited = now - _epoch(wl.metadata.creation_timestamp) if wl.metadata.creation_timestamp else None
         self.metrics.quota_reserved(adm.cluster_queue, waited)
         self.metrics.admitted(adm.cluster_queue, waited)
-        await self._write_admission(wl, admission, now)
 
     async def _write_admission(self, wl: Workload, admission: Admission, now: float) -> None:
         uid = wl.metadata.uid or ""
@@ -1564,13 +1633,12 @@ class Controller:
         for p in self.pods.list():
             pods_by_wl.setdefault(p.labels.get(WORKLOAD_UID_LABEL, ""), []).append(p)
         groups = self._groups()
-        for uid in sorted(self.admitted):
-            if uid in self.status_todo or uid in self.evicting:
-                continue
+
+        async def bind(uid: str) -> None:
             wl = by_uid.get(uid)
             admission = self.admissions.get(uid)
             if wl is None or admission is None:
-                continue
+                return
             job = self._job_of(wl)
             if job is not None and job.spec.suspend and not job_finished(job)[0]:
                 await self._start_job(wl, job, admission)
@@ -1587,6 +1655,14 @@ class Controller:
                 pods = members
             if self.config.plan_binding_mode != "Full" and self._verified.get(uid) is not admission:
                 await self._check_allocations(wl, admission, pods)
+
+        # workload after workload in UID order (binding decisions are taken in that order: the
+        # semaphore is first come, first served), their writes side by side
+        await each(
+            [u for u in sorted(self.admitted) if u not in self.status_todo and u not in self.evicting],
+            bind,
+            limit=self.write_concurrency,
+        )
 
     def _template_claims(self, wl: Workload, pod_set: str) -> bool:
         ps = wl.pod_set(pod_set)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 import aiohttp
 
 from queueing.kube.client import ApiException
 
-__all__ = ["RETRYABLE_STATUS", "api_reason", "is_already_exists", "is_not_found", "retrying"]
+__all__ = ["RETRYABLE_STATUS", "api_reason", "each", "is_already_exists", "is_not_found", "retrying"]
 
 log = logging.getLogger("queueing.kube.writes")
 
@@ -72,3 +72,38 @@ async def retrying(
             await asyncio.sleep(delay)
             delay = min(delay * 2, maximum)
     raise AssertionError("unreachable")
+
+
+async def each(items: Iterable[T], fn: Callable[[T], Awaitable[object]], *, limit: int = 16) -> None:
+    """Run ``fn(item)`` for every item, at most ``limit`` at once (independent writes, e.g. the status
+    of each admitted Workload: one round trip's latency each instead of their sum). Every call runs
+    to its end; then the first ``Exception`` is raised. Anything that is not an ``Exception`` (a
+    cancellation, a simulated crash) cancels the calls still running and is raised at once, as the
+    loop would have stopped there."""
+    sem = asyncio.Semaphore(max(1, limit))
+
+    async def one(item: T) -> None:
+        async with sem:
+            await fn(item)
+
+    tasks = [asyncio.ensure_future(one(i)) for i in items]
+    if not tasks:
+        return
+    try:
+        pending: set[asyncio.Future[None]] = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                exc = None if t.cancelled() else t.exception()
+                if exc is not None and not isinstance(exc, Exception):
+                    raise exc
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        if any(not t.done() for t in tasks):
+            await asyncio.wait(tasks)
+    for t in tasks:
+        exc = None if t.cancelled() else t.exception()
+        if exc is not None:
+            raise exc

@@ -20,8 +20,8 @@ from queueing.kube.client import KubeClient, api_client_for_url
 from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator, run_emulator
+from queueing.testing.cluster import StandIns
 from queueing.testing.rbac import RbacAuthorizer
-from tests.controller.standins import StandIns
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"

@@ -8,8 +8,8 @@ from typing import Any
 from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
-from tests.controller.standins import StandIns
 
 
 def get(

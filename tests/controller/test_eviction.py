@@ -20,8 +20,8 @@ from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger import models as m
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import Harness, ManualTime, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import cond, get, is_true, items, job_pods, running, workload
 
 WPC = "workloadpriorityclasses"

@@ -10,8 +10,8 @@ from typing import Any
 from queueing.kube.client import JOBS, LOCAL_QUEUES, WORKLOADS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import Harness, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import cond, running, workload
 from tests.controller.test_eviction import explain
 

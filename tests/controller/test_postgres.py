@@ -13,8 +13,8 @@ from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import Harness, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import is_true, running, workload
 from tests.controller.test_reliability import admissions_per_workload
 

@@ -24,8 +24,8 @@ from queueing.kube.client import JOBS, LEASES, KubeClient, api_client_for_url
 from queueing.ledger import models as m
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import CONTROLLER_TOKEN, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import running
 from tests.controller.test_eviction import explain
 

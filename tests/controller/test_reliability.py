@@ -13,8 +13,8 @@ from queueing.config import Config
 from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import CONTROLLER_USER, Harness, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import is_true, items, running, workload
 from tests.controller.test_scenarios import events_for
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from queueing.kube.client import JOBS, LEASES, KubeClient
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import running
 
 

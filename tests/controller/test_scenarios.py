@@ -6,8 +6,8 @@ from __future__ import annotations
 from queueing.kube.client import JOBS, RESOURCE_CLAIMS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import CONTROLLER_USER, GPU_CLASS, Harness, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import (
     claim_devices,
     cond,

@@ -10,8 +10,8 @@ import pytest
 
 from queueing.kube.client import JOBS, KubeClient
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import cond, items, running, workload
 
 

@@ -12,8 +12,8 @@ from queueing.config import Config
 from queueing.kube.client import KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import Harness
-from tests.controller.standins import StandIns
 from tests.controller.test_postgres import _admin, pg_ledger  # noqa: F401
 from tests.reliability.test_database_faults import outage_scenario
 

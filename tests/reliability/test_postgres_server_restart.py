@@ -24,8 +24,8 @@ from queueing.kube.client import KubeClient, api_client_for_url
 from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import CONTROLLER_TOKEN, eventually
-from tests.controller.standins import StandIns
 from tests.controller.test_process import free_port
 from tests.reliability.pg_cluster import PrivatePostgres
 from tests.reliability.test_database_faults import outage_scenario
