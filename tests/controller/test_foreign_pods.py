@@ -9,8 +9,8 @@ from typing import Any
 from queueing.cache import differences
 from queueing.kube.client import JOBS, PODS, KubeClient
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import NODES, Harness, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_admission import is_true, planned, workload
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
-from tests.controller.standins import StandIns
 from tests.controller.test_eviction import explain
 from tests.reliability.test_bad_input import messages, template
 
