@@ -77,18 +77,26 @@ class Claim:
 devs_st = st.lists(
     st.builds(Dev, a=st.integers(0, 2), uses=st.integers(0, 2), taken=st.booleans()), min_size=1, max_size=6
 )
-req_st = st.builds(
-    Req,
-    count=st.integers(1, 3),
-    op=st.sampled_from(["any", "==", ">="]),
-    k=st.integers(0, 2),
-    admin=st.sampled_from([False, False, False, True]),
-)
-claim_st = st.builds(
-    Claim,
-    reqs=st.lists(req_st, min_size=1, max_size=2).map(tuple),
-    constraint=st.sampled_from([None, "match", "distinct"]),
-)
+
+
+def requests(**extra: st.SearchStrategy[Any]) -> st.SearchStrategy[Req]:
+    return st.builds(
+        Req,
+        count=st.integers(1, 3),
+        op=st.sampled_from(["any", "==", ">="]),
+        k=st.integers(0, 2),
+        admin=st.sampled_from([False, False, False, True]),
+        **extra,
+    )
+
+
+def claims_of(reqs: st.SearchStrategy[Req], constraints: list[str | None]) -> st.SearchStrategy[Claim]:
+    return st.builds(
+        Claim, reqs=st.lists(reqs, min_size=1, max_size=2).map(tuple), constraint=st.sampled_from(constraints)
+    )
+
+
+claim_st = claims_of(requests(), [None, "match", "distinct"])
 
 
 def uses(d: Dev) -> int:
@@ -319,19 +327,9 @@ all_devs_st = st.lists(
     min_size=1,
     max_size=6,
 )
-all_req_st = st.builds(
-    Req,
-    count=st.integers(1, 3),
-    op=st.sampled_from(["any", "==", ">="]),
-    k=st.integers(0, 2),
-    admin=st.sampled_from([False, False, False, True]),
-    every=st.booleans(),
-    tolerate=st.sampled_from([False, False, True]),
-)
-all_claim_st = st.builds(
-    Claim,
-    reqs=st.lists(all_req_st, min_size=1, max_size=2).map(tuple),
-    constraint=st.sampled_from([None, None, "match", "distinct"]),
+all_claim_st = claims_of(
+    requests(every=st.booleans(), tolerate=st.sampled_from([False, False, True])),
+    [None, None, "match", "distinct"],
 )
 
 
