@@ -439,7 +439,9 @@ class Inventory:
 
     # ---- queries -------------------------------------------------------------------------
     def devices_on(self, node: Node | None) -> tuple[InventoryDevice, ...]:
-        """Devices usable from ``node`` (node-local, selected by the node's labels, or all-nodes)."""
+        """Devices usable from ``node`` (node-local, selected by the node's labels, or all-nodes), in
+        inventory order, except that the pools with a device with binding conditions here come after
+        the others (as upstream's ``GatherPools`` orders them, pools_incubating.go v0.36.2)."""
         cache_key = node.name if node is not None else ""
         hit = self._node_cache.get(cache_key)
         if hit is not None:
@@ -447,6 +449,9 @@ class Inventory:
         out = list(self._local.get(node.name, ())) if node is not None else []
         out.extend(d for d in self._floating if d.on_node(node))
         out.sort(key=lambda d: d.order)
+        late = {d.key[:2] for d in out if d.device.binding_conditions}
+        if late:
+            out.sort(key=lambda d: d.key[:2] in late)  # stable: inventory order within each part
         result = tuple(out)
         self._node_cache[cache_key] = result
         return result

@@ -315,3 +315,18 @@ def test_a_constraint_rejection_does_not_keep_shared_counters() -> None:
     s = counter_slice([uses("gpu-0", a=1), uses("gpu-1", a=2), uses("gpu-2", a=2)], "2")
     c = claim("a", [exact("g", "gpu", 2)], [{"matchAttribute": f"{GPU}/a"}])
     assert devices(run([s], [c])) == [["g=gpu-1", "g=gpu-2"]]
+
+
+# ---------------------------------------------------------------- pool order (from upstream's GatherPools)
+def test_pools_with_binding_conditions_come_last() -> None:
+    """Pool ``a`` sorts first, but its device has binding conditions: upstream tries the pools with
+    such devices after all others, so ExactCount takes pool ``b``'s device and All lists it first."""
+    a = rslice(
+        "a",
+        GPU,
+        "a",
+        [{"name": "gpu-a", "bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]}],
+    )
+    b = rslice("b", GPU, "b", ["gpu-b"])
+    assert devices(run([a, b], [claim("c", [exact("g", "gpu", 1)])])) == [["g=gpu-b"]]
+    assert devices(run([a, b], [claim("c", [ALL_GPUS])])) == [["g=gpu-b", "g=gpu-a"]]
