@@ -70,8 +70,12 @@ class Req:
 
 @dataclass(frozen=True)
 class Claim:
-    reqs: tuple[Req, ...]
+    reqs: tuple[Req | tuple[Req, ...], ...]  # a tuple: firstAvailable subrequests, in order
     constraint: str | None  # None, "match", "distinct"
+
+
+def options(r: Req | tuple[Req, ...]) -> tuple[Req, ...]:
+    return r if isinstance(r, tuple) else (r,)
 
 
 devs_st = st.lists(
@@ -79,18 +83,25 @@ devs_st = st.lists(
 )
 
 
-def requests(**extra: st.SearchStrategy[Any]) -> st.SearchStrategy[Req]:
+SOMETIMES_ADMIN = st.sampled_from([False, False, False, True])
+
+
+def requests(
+    admin: st.SearchStrategy[bool] = SOMETIMES_ADMIN, **extra: st.SearchStrategy[Any]
+) -> st.SearchStrategy[Req]:
     return st.builds(
         Req,
         count=st.integers(1, 3),
         op=st.sampled_from(["any", "==", ">="]),
         k=st.integers(0, 2),
-        admin=st.sampled_from([False, False, False, True]),
+        admin=admin,
         **extra,
     )
 
 
-def claims_of(reqs: st.SearchStrategy[Req], constraints: list[str | None]) -> st.SearchStrategy[Claim]:
+def claims_of(
+    reqs: st.SearchStrategy[Req | tuple[Req, ...]], constraints: list[str | None]
+) -> st.SearchStrategy[Claim]:
     return st.builds(
         Claim, reqs=st.lists(reqs, min_size=1, max_size=2).map(tuple), constraint=st.sampled_from(constraints)
     )
@@ -167,19 +178,26 @@ def to_claims(claims: list[Claim]) -> list[ResourceClaim]:
     out = []
     for ci, c in enumerate(claims):
         reqs = []
-        for ri, r in enumerate(c.reqs):
-            body: dict[str, Any] = {"deviceClassName": "c"}
-            if r.every:
-                body["allocationMode"] = "All"
+        for ri, rr in enumerate(c.reqs):
+            bodies = []
+            for r in options(rr):
+                body: dict[str, Any] = {"deviceClassName": "c"}
+                if r.every:
+                    body["allocationMode"] = "All"
+                else:
+                    body["count"] = r.count
+                if r.expr():
+                    body["selectors"] = [{"cel": {"expression": r.expr()}}]
+                if r.admin:
+                    body["adminAccess"] = True
+                if r.tolerate:
+                    body["tolerations"] = [{"key": "t", "operator": "Exists"}]
+                bodies.append(body)
+            if isinstance(rr, tuple):
+                subs = [{"name": f"s{k}"} | b for k, b in enumerate(bodies)]
+                reqs.append({"name": f"r{ri}", "firstAvailable": subs})
             else:
-                body["count"] = r.count
-            if r.expr():
-                body["selectors"] = [{"cel": {"expression": r.expr()}}]
-            if r.admin:
-                body["adminAccess"] = True
-            if r.tolerate:
-                body["tolerations"] = [{"key": "t", "operator": "Exists"}]
-            reqs.append({"name": f"r{ri}", "exactly": body})
+                reqs.append({"name": f"r{ri}", "exactly": bodies[0]})
         cons = None
         if c.constraint == "match":
             cons = [{"matchAttribute": f"{DRIVER}/a"}]
@@ -192,8 +210,9 @@ def to_claims(claims: list[Claim]) -> list[ResourceClaim]:
 def brute_force(devs: list[Dev], total: int, claims: list[Claim], q: str = "none") -> bool | None:
     """Is there any assignment? Exhaustive over combinations per request; None: an error aborts
     (an All request while the node sees the incomplete or invalid pool q)."""
-    slots = [(ci, r) for ci, c in enumerate(claims) for r in c.reqs]
-    if q in ("incomplete", "invalid") and any(r.every for _, r in slots):
+    slots = [(ci, options(r)) for ci, c in enumerate(claims) for r in c.reqs]
+    # every request and subrequest is validated before the search
+    if q in ("incomplete", "invalid") and any(r.every for _, opts in slots for r in opts):
         return None
     usable = [d.pool == 0 or q == "ok" for d in devs]
 
@@ -209,7 +228,12 @@ def brute_force(devs: list[Dev], total: int, claims: list[Claim], q: str = "none
                 if c.constraint == "distinct" and len(set(vals)) != len(vals):
                     return False
             return True
-        ci, r = slots[i]
+        ci, opts = slots[i]
+        return any(attempt(i, ci, r, used, counter, picked) for r in opts)
+
+    def attempt(
+        i: int, ci: int, r: Req, used: frozenset[int], counter: int, picked: dict[int, list[int]]
+    ) -> bool:
         in_claim = set(picked.get(ci, []))
         if r.every:
             # every matching device of the usable pools, or no fit
@@ -273,8 +297,14 @@ def check(devs: list[Dev], total: int, claims: list[Claim], q: str = "none") -> 
     for c, ca in zip(claims, outcome.claims, strict=True):
         results = ca.allocation.devices.results if ca.allocation.devices else []
         assert results is not None
-        for ri, r in enumerate(c.reqs):
-            got = [res.device for res in results if res.request == f"r{ri}"]
+        chosen: dict[str, Req] = {}  # result request name -> its request or subrequest
+        for ri, rr in enumerate(c.reqs):
+            names = {res.request for res in results if res.request.split("/")[0] == f"r{ri}"}
+            assert len(names) == 1, f"r{ri}: results for {names}"  # one subrequest, >= 1 device
+            name = names.pop()
+            r = options(rr)[int(name.split("/s")[1])] if isinstance(rr, tuple) else rr
+            chosen[name] = r
+            got = [res.device for res in results if res.request == name]
             if r.every:  # every matching device of the usable pools, in pool order
                 usable = [d.pool == 0 or q == "ok" for d in devs]
                 every = sorted((d.pool, j) for j, d in enumerate(devs) if usable[j] and r.ok(d))
@@ -284,7 +314,7 @@ def check(devs: list[Dev], total: int, claims: list[Claim], q: str = "none") -> 
         vals = []
         seen_in_claim: set[str] = set()
         for res in results:
-            r = c.reqs[int(res.request[1:])]
+            r = chosen[res.request]
             d = devs[int(res.device[1:])]
             assert res.pool == "pq"[d.pool]
             assert r.ok(d), f"{res.device} violates the selector of {res.request}"
@@ -327,8 +357,13 @@ all_devs_st = st.lists(
     min_size=1,
     max_size=6,
 )
+_tolerate = st.sampled_from([False, False, True])
 all_claim_st = claims_of(
-    requests(every=st.booleans(), tolerate=st.sampled_from([False, False, True])),
+    st.one_of(
+        requests(every=st.booleans(), tolerate=_tolerate),
+        # firstAvailable: subrequests have no adminAccess
+        st.tuples(*[requests(admin=st.just(False), every=st.booleans(), tolerate=_tolerate)] * 2),
+    ),
     [None, None, "match", "distinct"],
 )
 
