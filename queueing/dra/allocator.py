@@ -609,6 +609,8 @@ class Allocator:
             return False
         if dev.multi and not self.features.consumable_capacity:
             return False
+        if dev.device.binding_conditions and not self.features.binding_conditions:
+            return False  # upstream ``isSelectable``: not supported while the feature is off
         return all(self.cache.matches(s, dev) for s in alt.selectors)
 
     def _capacity_use(

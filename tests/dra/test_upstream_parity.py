@@ -21,6 +21,7 @@ from queueing.api.core import Node
 from queueing.api.resource import ResourceClaim, ResourceSlice
 from queueing.dra.allocator import AllocationOutcome, Allocator
 from queueing.dra.errors import AllocationError
+from queueing.dra.features import Features
 from queueing.dra.inventory import Inventory
 
 GPU = "gpu.example.com"
@@ -330,3 +331,17 @@ def test_pools_with_binding_conditions_come_last() -> None:
     b = rslice("b", GPU, "b", ["gpu-b"])
     assert devices(run([a, b], [claim("c", [exact("g", "gpu", 1)])])) == [["g=gpu-b"]]
     assert devices(run([a, b], [claim("c", [ALL_GPUS])])) == [["g=gpu-b", "g=gpu-a"]]
+
+
+def test_devices_with_binding_conditions_are_not_allocated_while_the_gate_is_off() -> None:
+    s = rslice(
+        "a",
+        GPU,
+        "a",
+        [{"name": "gpu-a", "bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]}],
+    )
+    inv = Inventory([s])
+    on = Allocator(inv, CLASSES).allocate([claim("c", [exact("g", "gpu", 1)])], [N1], inv.usage([]))
+    assert devices(on) == [["g=gpu-a"]]
+    off = Allocator(inv, CLASSES, features=Features.parse("DRADeviceBindingConditions=false"))
+    assert not off.allocate([claim("c", [exact("g", "gpu", 1)])], [N1], inv.usage([])).allocated
