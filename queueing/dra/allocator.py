@@ -408,6 +408,7 @@ class Allocator:
         names: set[str] = set()
         prepared: list[tuple[Alternative, ...]] = []
         min_total = 0
+        most = 0  # results the claim could take at most (All: more than the limit)
         for i, r in enumerate(reqs):
             path = f"spec.devices.requests[{i}]"
             if r.name in names:
@@ -467,7 +468,13 @@ class Allocator:
                             s.capacity.requests if s.capacity else None,
                         )
                     )
-            min_total += min((0 if a.all_mode else a.count) for a in alts)
+            if len(alts) == 1:
+                a = alts[0]
+                min_total += 0 if a.all_mode else a.count
+                most += MAX_RESULTS_PER_CLAIM + 1 if a.all_mode else a.count
+            else:
+                min_total += min((0 if a.all_mode else a.count) for a in alts)
+                most += max((MAX_RESULTS_PER_CLAIM + 1 if a.all_mode else a.count) for a in alts)
             prepared.append(tuple(alts))
         if min_total > MAX_RESULTS_PER_CLAIM:
             raise AllocationError(
@@ -503,7 +510,6 @@ class Allocator:
             tuple(constraints),
         )
         shape_id = self._shape_ids.setdefault(shape, len(self._shape_ids))
-        most = sum(max(MAX_RESULTS_PER_CLAIM + 1 if a.all_mode else a.count for a in p) for p in prepared)
         return PreparedClaim(
             claim,
             ref,
@@ -1053,7 +1059,10 @@ class Allocator:
         ci, alts = steps[i]
         if claims[ci].may_exceed:
             return self._solve_limited(claims, steps, i, s)
-        return any(self._attempt(claims, steps, i, ci, alt, s) for alt in alts)
+        for alt in alts:  # noqa: SIM110 (a loop is cheaper than any() over a generator here)
+            if self._attempt(claims, steps, i, ci, alt, s):
+                return True
+        return False
 
     def _attempt(
         self,
