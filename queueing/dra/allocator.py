@@ -7,9 +7,20 @@ what else is allocated (class and request selectors, taints vs tolerations, capa
 request policy, pool completeness) is computed once per (request shape, node) and cached; the search
 only checks availability, shared counters, consumable capacity and constraints.
 
+Before it searches a node, upstream validates every request (and subrequest) of every claim
+(``Allocate`` and ``validateDeviceRequest`` in structured/internal/incubating/allocator_incubating.go,
+k8s.io/dynamic-resource-allocation v0.36.2); so does ``allocate_on`` (``_validate``): an ``All``
+request takes every device of the node's pools that its selectors and capacity requests match, so an
+incomplete or invalid pool the node sees (any driver's, ``Inventory.unusable_pools_on``) or a CEL
+error on any device aborts, and the claim's results (``All`` counted with all its devices) must stay
+within 32. An ``All`` request fails on a node where one of its devices has a NoSchedule/NoExecute
+taint it does not tolerate (upstream's ``allocateDevice`` rejects that device, and ``All`` has no
+other choice). docs/allocator.md lists the known differences from upstream.
+
 Errors that abort the allocation upstream raise ``AllocationError`` (unknown class, CEL compile or
-runtime error, more than 32 results in one claim, ``All`` on an incomplete or invalid pool, a feature
-used while its gate is off, malformed requests). "Does not fit" is a returned ``Shortfall``.
+runtime error, more than 32 results in one claim, ``All`` on a node that sees an incomplete or invalid
+pool, a feature used while its gate is off, malformed requests). "Does not fit" is a returned
+``Shortfall``.
 """
 
 from __future__ import annotations
@@ -161,6 +172,9 @@ class PreparedClaim:
     constraints: tuple[Constraint, ...]
     shape: tuple[object, ...] = ()  # what the outcome depends on (not the claim's name)
     shape_id: int = 0  # the allocator's number for ``shape`` (equal shapes, equal numbers)
+    # some choice of subrequests, or an ``All`` request, could take more than 32 results: the search
+    # checks the limit as it goes (upstream: ``errAllocationResultMaxSizeExceeded``, not a fit)
+    may_exceed: bool = False
 
     @property
     def key(self) -> str:
@@ -255,6 +269,11 @@ class _Faulted(Exception):
         self.fault = fault
 
 
+class _TooMany(Exception):
+    """Upstream's ``errAllocationResultMaxSizeExceeded``: every alternative of a step would take the
+    claim over 32 results, whatever devices its earlier steps picked (see ``Allocator._solve_limited``)."""
+
+
 # ------------------------------------------------------------------ capacity policy
 def consumed_capacity(requested: Fraction | None, cap: DeviceCapacity) -> Fraction | None:
     """What one allocation consumes of a capacity (requestPolicy rounding); None if not allowed."""
@@ -314,8 +333,12 @@ class _Candidate:
     dev: InventoryDevice
     capacity: tuple[tuple[str, Fraction], ...]  # consumption for multi-allocation devices
     # a CEL runtime error on this device: raised only if the search reaches the device (as upstream,
-    # which evaluates selectors lazily), so a fit found earlier is not aborted by a later device
+    # which evaluates selectors lazily), so a fit found earlier is not aborted by a later device;
+    # ``All`` requests raise it before the search (``Allocator._validate``)
     error: CelFault | None = None
+    # a NoSchedule/NoExecute taint the request does not tolerate: in the lists of ``All`` requests
+    # only (the request fails on the node, as upstream); other requests never see the device
+    tainted: bool = False
 
 
 @dataclass(slots=True)
@@ -369,6 +392,8 @@ class Allocator:
         self._flags: dict[int, tuple[tuple[_Candidate, ...], bool, bool]] = {}
         # claims' shape ids -> ``_layout`` of claims of those shapes
         self._layouts: dict[tuple[int, ...], tuple[int, bool]] = {}
+        # claims' shape ids -> whether ``allocate_on`` runs ``_validate`` for claims of those shapes
+        self._validated: dict[tuple[int, ...], bool] = {}
 
     # ---- preparation (node independent) ---------------------------------------------------
     def _class(self, name: str, ref: str, field_path: str) -> tuple[DeviceClass, tuple[BoundSelector, ...]]:
@@ -406,6 +431,7 @@ class Allocator:
         names: set[str] = set()
         prepared: list[tuple[Alternative, ...]] = []
         min_total = 0
+        most = 0  # results the claim could take at most (All: more than the limit)
         for i, r in enumerate(reqs):
             path = f"spec.devices.requests[{i}]"
             if r.name in names:
@@ -465,7 +491,13 @@ class Allocator:
                             s.capacity.requests if s.capacity else None,
                         )
                     )
-            min_total += min((0 if a.all_mode else a.count) for a in alts)
+            if len(alts) == 1:
+                a = alts[0]
+                min_total += 0 if a.all_mode else a.count
+                most += MAX_RESULTS_PER_CLAIM + 1 if a.all_mode else a.count
+            else:
+                min_total += min((0 if a.all_mode else a.count) for a in alts)
+                most += max((MAX_RESULTS_PER_CLAIM + 1 if a.all_mode else a.count) for a in alts)
             prepared.append(tuple(alts))
         if min_total > MAX_RESULTS_PER_CLAIM:
             raise AllocationError(
@@ -501,7 +533,15 @@ class Allocator:
             tuple(constraints),
         )
         shape_id = self._shape_ids.setdefault(shape, len(self._shape_ids))
-        return PreparedClaim(claim, ref, tuple(prepared), tuple(constraints), shape, shape_id)
+        return PreparedClaim(
+            claim,
+            ref,
+            tuple(prepared),
+            tuple(constraints),
+            shape,
+            shape_id,
+            most > MAX_RESULTS_PER_CLAIM,
+        )
 
     def prepare_renamed(self, pc: PreparedClaim, claim: ResourceClaim) -> PreparedClaim:
         """``prepare_claim(claim)`` for a claim that differs from ``pc.claim`` in its name only:
@@ -533,7 +573,7 @@ class Allocator:
             )
             for alts in pc.requests
         )
-        return PreparedClaim(claim, ref, requests, pc.constraints, pc.shape, pc.shape_id)
+        return PreparedClaim(claim, ref, requests, pc.constraints, pc.shape, pc.shape_id, pc.may_exceed)
 
     def _alternative(
         self,
@@ -574,6 +614,7 @@ class Allocator:
             admin,
             tuple((t.key, t.operator, t.value, t.effect) for t in tols),
             tuple(caps),
+            all_mode,  # an All request's list differs: tainted devices stay in it (see ``_Candidate``)
         )
         return Alternative(
             claim_ref=ref,
@@ -599,6 +640,8 @@ class Allocator:
             return False
         if dev.multi and not self.features.consumable_capacity:
             return False
+        if dev.device.binding_conditions and not self.features.binding_conditions:
+            return False  # upstream ``isSelectable``: not supported while the feature is off
         for i, sel in enumerate(alt.selectors):
             try:
                 if not self.cache.matches(sel, dev):
@@ -661,25 +704,22 @@ class Allocator:
         return flags
 
     def _candidates_of(self, alt: Alternative, node: Node | None) -> tuple[_Candidate, ...]:
+        if alt.all_mode:
+            # upstream (``validateDeviceRequest``): "all" is undefined while any pool the node sees
+            # is incomplete or invalid, whichever driver or class it serves
+            bad = self.inventory.unusable_pools_on(node)
+            if bad:
+                pool = bad[0]
+                why = "is being updated (incomplete)" if not pool.complete else f"is invalid: {pool.invalid}"
+                raise AllocationError(
+                    alt.claim_ref,
+                    f"{alt.field}.allocationMode",
+                    f"asks for all devices, but resource pool {pool.driver}/{pool.name} {why}",
+                )
         out: list[_Candidate] = []
+        taints = self.features.device_taints
         for dev in self.inventory.devices_on(node):
             if not dev.pool_ok:
-                try:
-                    selected = alt.all_mode and self._selected(alt, dev)
-                except _Faulted as f:
-                    raise f.fault.error(alt) from None
-                if selected:
-                    pool = self.inventory.pools[(dev.key[0], dev.key[1])]
-                    why = (
-                        "is being updated (incomplete)"
-                        if not pool.complete
-                        else f"is invalid: {pool.invalid}"
-                    )
-                    raise AllocationError(
-                        alt.claim_ref,
-                        f"{alt.field}.allocationMode",
-                        f"asks for all devices, but resource pool {dev.key[0]}/{dev.key[1]} {why}",
-                    )
                 continue
             try:
                 if not self._selected(alt, dev):
@@ -687,12 +727,13 @@ class Allocator:
             except _Faulted as f:
                 out.append(_Candidate(dev, (), f.fault))
                 continue
-            if self.features.device_taints and dev.taints and not _tolerated(dev, alt.tolerations):
+            tainted = bool(taints and dev.taints and not _tolerated(dev, alt.tolerations))
+            if tainted and not alt.all_mode:
                 continue
             use = self._capacity_use(alt, dev)
             if use is None:
                 continue
-            out.append(_Candidate(dev, use))
+            out.append(_Candidate(dev, use, tainted=tainted))
         return tuple(out)
 
     def warm(self, claims: Sequence[PreparedClaim], nodes: Iterable[Node | None]) -> int:
@@ -765,6 +806,13 @@ class Allocator:
         if layout is None:
             layout = self._layouts[shapes] = _layout(claims)
         need, greedy = layout
+        validate = self._validated.get(shapes)
+        if validate is None:
+            validate = self._validated[shapes] = any(
+                a.all_mode or pc.may_exceed for pc in claims for alts in pc.requests for a in alts
+            )
+        if validate:
+            self._validate(claims, node)
         steps = [(ci, alts) for ci, pc in enumerate(claims) for alts in pc.requests]
         single = self._pruned(fail_key, need, steps, node, usage)
         if single is None:
@@ -792,6 +840,38 @@ class Allocator:
             self._fail[fail_key] = (usage.token, usage.epoch)
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         return self._results(claims, node, search)
+
+    def _validate(self, claims: Sequence[PreparedClaim], node: Node | None) -> None:
+        """What upstream checks of every request of every claim before it searches the node
+        (``Allocate`` / ``validateDeviceRequest``, allocator_incubating.go v0.36.2), claim by claim,
+        request by request: an ``All`` request's devices on the node (``candidates`` raises for an
+        incomplete or invalid pool the node sees; a CEL error on any of them is raised here, not when
+        the search reaches it), then the claim's least number of results (per request the smallest
+        over its subrequests, an ``All`` request counted with all its devices) against the limit of
+        32. Depends only on the claims' shapes, the node and the inventory."""
+        for pc in claims:
+            least = 0
+            for alts in pc.requests:
+                fewest = MAX_RESULTS_PER_CLAIM + 1
+                for a in alts:
+                    if not a.all_mode:
+                        fewest = min(fewest, a.count)
+                        continue
+                    cands = self.candidates(a, node)
+                    for c in cands:
+                        if c.error is not None:
+                            # the list may have been built for another claim of the same shape:
+                            # the error names the claim at hand
+                            raise c.error.error(a)
+                    fewest = min(fewest, len(cands))
+                least += fewest
+            if least > MAX_RESULTS_PER_CLAIM:
+                raise AllocationError(
+                    pc.ref,
+                    "spec.devices.requests",
+                    f"asks for at least {least} devices on node {node.name if node else '-'} (All "
+                    f"requests with all their devices), more than the limit of {MAX_RESULTS_PER_CLAIM} per claim",
+                )
 
     def _pruned(
         self,
@@ -998,32 +1078,70 @@ class Allocator:
         if i == len(steps):
             return True
         ci, alts = steps[i]
-        for alt in alts:
-            cands = self.candidates(alt, s.node)
-            if alt.all_mode:
-                if not cands:
-                    continue
-                if len(cands) > MAX_RESULTS_PER_CLAIM or self._claim_results(s, ci) + len(cands) > (
-                    MAX_RESULTS_PER_CLAIM
-                ):
-                    raise AllocationError(
-                        alt.claim_ref,
-                        f"{alt.field}.allocationMode",
-                        f"All selects {len(cands)} devices on node "
-                        f"{s.node.name if s.node else '-'}: more than the limit of "
-                        f"{MAX_RESULTS_PER_CLAIM} results per claim",
-                    )
-                mark = len(s.picks)
-                if all(self._try(claims[ci], ci, alt, c, s) for c in cands) and self._solve(
-                    claims, steps, i + 1, s
-                ):
-                    return True
-                self._undo_to(claims[ci], ci, s, mark)
-                continue
-            if len(cands) < alt.count:
-                continue
-            if self._pick(claims, steps, i, ci, alt, cands, 0, alt.count, s):
+        if claims[ci].may_exceed:
+            return self._solve_limited(claims, steps, i, s)
+        for alt in alts:  # noqa: SIM110 (a loop is cheaper than any() over a generator here)
+            if self._attempt(claims, steps, i, ci, alt, s):
                 return True
+        return False
+
+    def _attempt(
+        self,
+        claims: Sequence[PreparedClaim],
+        steps: list[tuple[int, tuple[Alternative, ...]]],
+        i: int,
+        ci: int,
+        alt: Alternative,
+        s: _Search,
+    ) -> bool:
+        """Step ``i`` (a request of claim ``ci``) with alternative ``alt``, then the later steps."""
+        cands = self.candidates(alt, s.node)
+        if alt.all_mode:
+            # every device or none: one untolerated taint fails the request (as upstream, where
+            # ``allocateDevice`` rejects the device and "all" has no other choice)
+            if not cands or any(c.tainted for c in cands):
+                return False
+            mark = len(s.picks)
+            if all(self._try(claims[ci], ci, alt, c, s) for c in cands) and self._solve(
+                claims, steps, i + 1, s
+            ):
+                return True
+            self._undo_to(claims[ci], ci, s, mark)
+            return False
+        if len(cands) < alt.count:
+            return False
+        return self._pick(claims, steps, i, ci, alt, cands, 0, alt.count, s)
+
+    def _solve_limited(
+        self,
+        claims: Sequence[PreparedClaim],
+        steps: list[tuple[int, tuple[Alternative, ...]]],
+        i: int,
+        s: _Search,
+    ) -> bool:
+        """``_solve`` for a step of a claim that may take more than 32 results (``may_exceed``), as
+        upstream's ``allocateOne`` does it: an alternative that would take the claim over the limit
+        is not tried. When every alternative of the step is over it (here or in the claim's later
+        steps), no other choice of devices in the claim's earlier steps helps (the number of results
+        depends on the subrequests chosen, not on the devices): ``_TooMany`` unwinds to the nearest
+        step with an alternative left, and at the claim's first step it is a miss."""
+        ci, alts = steps[i]
+        first = i == 0 or steps[i - 1][0] != ci
+        over = 0
+        for alt in alts:
+            n = len(self.candidates(alt, s.node)) if alt.all_mode else alt.count
+            if self._claim_results(s, ci) + n > MAX_RESULTS_PER_CLAIM:
+                over += 1
+                continue
+            mark = len(s.picks)
+            try:
+                if self._attempt(claims, steps, i, ci, alt, s):
+                    return True
+            except _TooMany:
+                self._undo_to(claims[ci], ci, s, mark)  # only this claim's picks: see ``first``
+                over += 1
+        if over == len(alts) and not first:
+            raise _TooMany()
         return False
 
     @staticmethod
@@ -1265,9 +1383,13 @@ class Allocator:
         cands = self.candidates(alt, node)
         free = 0
         blocked_counters = 0
+        tainted = 0
         for c in cands:
             d = c.dev
             if c.error is not None:
+                continue
+            if c.tainted:
+                tainted += 1
                 continue
             if not d.multi and not alt.admin_access and usage.is_taken(d.key):
                 continue
@@ -1285,6 +1407,16 @@ class Allocator:
                     continue
             free += 1
         need = max(1, len(cands)) if alt.all_mode else alt.count
+        if alt.all_mode and len(cands) > MAX_RESULTS_PER_CLAIM:
+            return Shortfall(
+                node_name,
+                pc.key,
+                alt.request,
+                need,
+                free,
+                f"All selects {len(cands)} devices of class {alt.class_name}, more than the limit of "
+                f"{MAX_RESULTS_PER_CLAIM} results per claim",
+            )
         if alt.all_mode and cands and free == len(cands):
             return None
         if not alt.all_mode and free >= need:
@@ -1301,11 +1433,14 @@ class Allocator:
             + (" (All)" if alt.all_mode else ""),
             f"{free} available",
             f"{in_class} in the class on this node",
-            f"{len(cands)} match the request's selectors, tolerations and capacity",
+            f"{len(cands)} match the request's selectors"
+            + (" and capacity" if alt.all_mode else ", tolerations and capacity"),
         ]
-        taken = len(cands) - free - blocked_counters
+        taken = len(cands) - free - blocked_counters - tainted
         if taken:
             parts.append(f"{taken} already allocated")
+        if tainted:
+            parts.append(f"{tainted} with a NoSchedule/NoExecute taint the request does not tolerate")
         if blocked_counters:
             parts.append(f"{blocked_counters} blocked by shared counters or consumed capacity")
         return Shortfall(

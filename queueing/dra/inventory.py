@@ -2,8 +2,8 @@
 
 Pools (upstream semantics):
 * slices are grouped by (driver, pool name); only slices of the highest generation count;
-* a pool with fewer slices than ``resourceSliceCount`` is *incomplete*: ExactCount requests skip it,
-  an ``All`` request that would use it is an error;
+* a pool with fewer slices than ``resourceSliceCount`` is *incomplete*: ExactCount requests skip it;
+  an ``All`` request on a node that sees it (``Inventory.unusable_pools_on``) is an error;
 * duplicate device names or counter set names, or a ``consumesCounters`` entry that names an unknown
   counter set or counter, make the pool *invalid* (skipped like an incomplete pool);
 * node targeting comes from the slice (``nodeName``, ``nodeSelector``, ``allNodes``) or, with
@@ -42,6 +42,7 @@ __all__ = [
     "Pool",
     "Usage",
     "attribute_key",
+    "slice_reaches",
 ]
 
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
@@ -99,15 +100,42 @@ class InventoryDevice:
         return self.key[2]
 
     def on_node(self, node: Node | None) -> bool:
-        if self.all_nodes:
-            return True
-        if node is None:
-            return False
-        if self.node_name is not None:
-            return self.node_name == node.name
-        if self.node_selector is not None:
-            return self.node_selector.matches(node.labels, node.name)
+        return _targets(node, self.node_name, self.all_nodes, self.node_selector)
+
+
+def _targets(
+    node: Node | None, node_name: str | None, all_nodes: bool, selector: NodeSelector | None
+) -> bool:
+    """Whether node targeting (``nodeName``, ``allNodes``, ``nodeSelector``) reaches ``node``."""
+    if all_nodes:
+        return True
+    if node is None:
         return False
+    if node_name:
+        return node_name == node.name
+    if selector is not None:
+        return selector.matches(node.labels, node.name)
+    return False
+
+
+def slice_reaches(s: ResourceSlice, node: Node | None, partitionable: bool) -> bool:
+    """Whether a pod on ``node`` sees the slice's pool through this slice, as upstream decides which
+    pools a node sees (``GatherPools`` in structured/internal/incubating/pools_incubating.go,
+    k8s.io/dynamic-resource-allocation v0.36.2): a slice with ``sharedCounters`` reaches every node;
+    otherwise its ``nodeName``, ``allNodes`` or ``nodeSelector``, or with ``perDeviceNodeSelection``
+    any of its devices' targeting. Slices with neither (a future extension) reach no node; with
+    ``DRAPartitionableDevices`` off, slices with shared counters or per-device node selection are
+    not read at all."""
+    spec = s.spec
+    if not partitionable and (spec.per_device_node_selection is not None or spec.shared_counters):
+        return False
+    if spec.shared_counters:
+        return True
+    if spec.node_name or spec.all_nodes or spec.node_selector is not None:
+        return _targets(node, spec.node_name, bool(spec.all_nodes), spec.node_selector)
+    if spec.per_device_node_selection:
+        return any(_targets(node, d.node_name, bool(d.all_nodes), d.node_selector) for d in spec.devices)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +149,7 @@ class Pool:
     invalid: str | None  # why the pool is invalid, None when valid
     counters: Mapping[CounterKey, Fraction]
     devices: tuple[InventoryDevice, ...]
+    slices: tuple[ResourceSlice, ...] = ()  # of the current generation, by name
 
     @property
     def usable(self) -> bool:
@@ -308,6 +337,8 @@ class Inventory:
         self._floating: list[InventoryDevice] = []  # nodeSelector / allNodes devices
         self._node_cache: dict[str, tuple[InventoryDevice, ...]] = {}
         self._free_stats: dict[str, tuple[bool, bool, int]] = {}
+        self._partitionable = partitionable_devices
+        self._unusable_cache: dict[str, tuple[Pool, ...]] = {}
         order = 0
         if previous is not None and previous.partitionable_devices != partitionable_devices:
             previous = None
@@ -329,6 +360,7 @@ class Inventory:
         self.counters: dict[CounterKey, Fraction] = {}
         for p in self.pools.values():
             self.counters.update(p.counters)
+        self._unusable = tuple(p for _, p in sorted(self.pools.items()) if not p.usable)
 
     # ---- construction ------------------------------------------------------------------
     @staticmethod
@@ -421,6 +453,7 @@ class Inventory:
             invalid=invalid,
             counters=counters,
             devices=tuple(devices),
+            slices=tuple(current),
         )
         return pool, order
 
@@ -440,7 +473,9 @@ class Inventory:
 
     # ---- queries -------------------------------------------------------------------------
     def devices_on(self, node: Node | None) -> tuple[InventoryDevice, ...]:
-        """Devices usable from ``node`` (node-local, selected by the node's labels, or all-nodes)."""
+        """Devices usable from ``node`` (node-local, selected by the node's labels, or all-nodes), in
+        inventory order, except that the pools with a device with binding conditions here come after
+        the others (as upstream's ``GatherPools`` orders them, pools_incubating.go v0.36.2)."""
         cache_key = node.name if node is not None else ""
         hit = self._node_cache.get(cache_key)
         if hit is not None:
@@ -448,9 +483,30 @@ class Inventory:
         out = list(self._local.get(node.name, ())) if node is not None else []
         out.extend(d for d in self._floating if d.on_node(node))
         out.sort(key=lambda d: d.order)
+        late = {d.key[:2] for d in out if d.device.binding_conditions}
+        if late:
+            out.sort(key=lambda d: d.key[:2] in late)  # stable: inventory order within each part
         result = tuple(out)
         self._node_cache[cache_key] = result
         return result
+
+    def unusable_pools_on(self, node: Node | None) -> tuple[Pool, ...]:
+        """The incomplete or invalid pools a pod on ``node`` sees (a slice of the pool's current
+        generation reaches the node: ``slice_reaches``), by (driver, pool): an ``All`` request there
+        is an error, whatever its class, as upstream (``validateDeviceRequest`` in
+        structured/internal/incubating/allocator_incubating.go, v0.36.2). Cached per node name."""
+        if not self._unusable:
+            return ()
+        key = node.name if node is not None else ""
+        hit = self._unusable_cache.get(key)
+        if hit is None:
+            hit = tuple(
+                p
+                for p in self._unusable
+                if any(slice_reaches(s, node, self._partitionable) for s in p.slices)
+            )
+            self._unusable_cache[key] = hit
+        return hit
 
     def _node_stats(self, node: Node | None) -> tuple[bool, bool, int]:
         """(reaches a multi-allocation device, simple, devices usable from the node): simple when

@@ -4,6 +4,12 @@ Small random worlds: one node, up to six devices with an int attribute ``a``, so
 counter, some already allocated; one or two claims with one or two requests each, selectors on ``a``,
 optional matchAttribute/distinctAttribute constraints and adminAccess. A brute-force search over all
 device combinations is the oracle.
+
+All-mode worlds add ``allocationMode: All`` requests, device taints (NoSchedule, NoExecute, None) and
+tolerations, and a second pool ``q`` on the node that may be complete, incomplete, invalid or on
+another node; the oracle then follows upstream's rules (k8s.io/dynamic-resource-allocation v0.36.2,
+see docs/allocator.md): an All request on a node that sees an unusable pool is an error, All takes
+every matching device of the usable pools and fails on an untolerated taint.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import pytest
 from dra_helpers import claim, device_class
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +28,7 @@ from queueing.api.core import Node
 from queueing.api.resource import ResourceClaim, ResourceSlice
 from queueing.dra.allocator import Allocator, SelectorCache
 from queueing.dra.cel import SelectorCompiler
+from queueing.dra.errors import AllocationError
 from queueing.dra.inventory import Inventory
 
 DRIVER = "x.example.com"
@@ -33,8 +41,13 @@ COMPILER = SelectorCompiler()
 @dataclass(frozen=True)
 class Dev:
     a: int
-    uses: int  # units of the shared counter
+    uses: int  # units of the shared counter (devices of pool p only)
     taken: bool
+    taint: str | None = None  # effect of the device's taint, if any
+    pool: int = 0  # 0: pool p (with the shared counter), 1: pool q
+
+
+BLOCKING = ("NoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,8 @@ class Req:
     op: str  # "any", "==", ">="
     k: int
     admin: bool
+    every: bool = False  # allocationMode: All (count ignored)
+    tolerate: bool = False  # tolerates every taint
 
     def expr(self) -> str | None:
         if self.op == "any":
@@ -55,34 +70,84 @@ class Req:
 
 @dataclass(frozen=True)
 class Claim:
-    reqs: tuple[Req, ...]
+    reqs: tuple[Req | tuple[Req, ...], ...]  # a tuple: firstAvailable subrequests, in order
     constraint: str | None  # None, "match", "distinct"
+
+
+def options(r: Req | tuple[Req, ...]) -> tuple[Req, ...]:
+    return r if isinstance(r, tuple) else (r,)
 
 
 devs_st = st.lists(
     st.builds(Dev, a=st.integers(0, 2), uses=st.integers(0, 2), taken=st.booleans()), min_size=1, max_size=6
 )
-req_st = st.builds(
-    Req,
-    count=st.integers(1, 3),
-    op=st.sampled_from(["any", "==", ">="]),
-    k=st.integers(0, 2),
-    admin=st.sampled_from([False, False, False, True]),
-)
-claim_st = st.builds(
-    Claim,
-    reqs=st.lists(req_st, min_size=1, max_size=2).map(tuple),
-    constraint=st.sampled_from([None, "match", "distinct"]),
-)
 
 
-def world(devs: list[Dev], total: int) -> tuple[list[ResourceSlice], list[ResourceClaim]]:
+SOMETIMES_ADMIN = st.sampled_from([False, False, False, True])
+
+
+def requests(
+    admin: st.SearchStrategy[bool] = SOMETIMES_ADMIN, **extra: st.SearchStrategy[Any]
+) -> st.SearchStrategy[Req]:
+    return st.builds(
+        Req,
+        count=st.integers(1, 3),
+        op=st.sampled_from(["any", "==", ">="]),
+        k=st.integers(0, 2),
+        admin=admin,
+        **extra,
+    )
+
+
+def claims_of(
+    reqs: st.SearchStrategy[Req | tuple[Req, ...]], constraints: list[str | None]
+) -> st.SearchStrategy[Claim]:
+    return st.builds(
+        Claim, reqs=st.lists(reqs, min_size=1, max_size=2).map(tuple), constraint=st.sampled_from(constraints)
+    )
+
+
+claim_st = claims_of(requests(), [None, "match", "distinct"])
+
+
+def uses(d: Dev) -> int:
+    return d.uses if d.pool == 0 else 0
+
+
+def world(devs: list[Dev], total: int, q: str = "none") -> tuple[list[ResourceSlice], list[ResourceClaim]]:
+    """Pool p on node n with the shared counter; pool q (``q``: "none" for no slice, "ok",
+    "incomplete" (one of two slices), "invalid" (a device consumes an unknown counter set) or
+    "elsewhere" (on node other)) with the devices of pool 1."""
     devices: list[dict[str, Any]] = []
+    q_devices: list[dict[str, Any]] = []
     for i, d in enumerate(devs):
         dev: dict[str, Any] = {"name": f"d{i}", "attributes": {"a": {"int": d.a}}}
-        if d.uses:
+        if uses(d):
             dev["consumesCounters"] = [{"counterSet": "cs", "counters": {"u": {"value": str(d.uses)}}}]
-        devices.append(dev)
+        if d.taint:
+            dev["taints"] = [{"key": "t", "value": "v", "effect": d.taint}]
+        (devices if d.pool == 0 else q_devices).append(dev)
+    slices = []
+    if q != "none":
+        if q == "invalid":
+            q_devices.append({"name": "bad", "consumesCounters": [{"counterSet": "nope", "counters": {}}]})
+        slices.append(
+            ResourceSlice.model_validate(
+                {
+                    "metadata": {"name": "q"},
+                    "spec": {
+                        "driver": DRIVER,
+                        "pool": {
+                            "name": "q",
+                            "generation": 1,
+                            "resourceSliceCount": 2 if q == "incomplete" else 1,
+                        },
+                        "nodeName": "other" if q == "elsewhere" else "n",
+                        "devices": q_devices,
+                    },
+                }
+            )
+        )
     s = ResourceSlice.model_validate(
         {
             "metadata": {"name": "s"},
@@ -96,7 +161,7 @@ def world(devs: list[Dev], total: int) -> tuple[list[ResourceSlice], list[Resour
         }
     )
     results = [
-        {"request": "r", "driver": DRIVER, "pool": "p", "device": f"d{i}"}
+        {"request": "r", "driver": DRIVER, "pool": "pq"[d.pool], "device": f"d{i}"}
         for i, d in enumerate(devs)
         if d.taken
     ]
@@ -106,20 +171,33 @@ def world(devs: list[Dev], total: int) -> tuple[list[ResourceSlice], list[Resour
             "status": {"allocation": {"devices": {"results": results}}},
         }
     )
-    return [s], [used] if results else []
+    return [s, *slices], [used] if results else []
 
 
 def to_claims(claims: list[Claim]) -> list[ResourceClaim]:
     out = []
     for ci, c in enumerate(claims):
         reqs = []
-        for ri, r in enumerate(c.reqs):
-            body: dict[str, Any] = {"deviceClassName": "c", "count": r.count}
-            if r.expr():
-                body["selectors"] = [{"cel": {"expression": r.expr()}}]
-            if r.admin:
-                body["adminAccess"] = True
-            reqs.append({"name": f"r{ri}", "exactly": body})
+        for ri, rr in enumerate(c.reqs):
+            bodies = []
+            for r in options(rr):
+                body: dict[str, Any] = {"deviceClassName": "c"}
+                if r.every:
+                    body["allocationMode"] = "All"
+                else:
+                    body["count"] = r.count
+                if r.expr():
+                    body["selectors"] = [{"cel": {"expression": r.expr()}}]
+                if r.admin:
+                    body["adminAccess"] = True
+                if r.tolerate:
+                    body["tolerations"] = [{"key": "t", "operator": "Exists"}]
+                bodies.append(body)
+            if isinstance(rr, tuple):
+                subs = [{"name": f"s{k}"} | b for k, b in enumerate(bodies)]
+                reqs.append({"name": f"r{ri}", "firstAvailable": subs})
+            else:
+                reqs.append({"name": f"r{ri}", "exactly": bodies[0]})
         cons = None
         if c.constraint == "match":
             cons = [{"matchAttribute": f"{DRIVER}/a"}]
@@ -129,9 +207,17 @@ def to_claims(claims: list[Claim]) -> list[ResourceClaim]:
     return out
 
 
-def brute_force(devs: list[Dev], total: int, claims: list[Claim]) -> bool:
-    """Is there any assignment? Exhaustive over combinations per request."""
-    slots = [(ci, r) for ci, c in enumerate(claims) for r in c.reqs]
+def brute_force(devs: list[Dev], total: int, claims: list[Claim], q: str = "none") -> bool | None:
+    """Is there any assignment? Exhaustive over combinations per request; None: an error aborts
+    (an All request while the node sees the incomplete or invalid pool q)."""
+    slots = [(ci, options(r)) for ci, c in enumerate(claims) for r in c.reqs]
+    # every request and subrequest is validated before the search
+    if q in ("incomplete", "invalid") and any(r.every for _, opts in slots for r in opts):
+        return None
+    usable = [d.pool == 0 or q == "ok" for d in devs]
+
+    def blocked(d: Dev, r: Req) -> bool:
+        return d.taint in BLOCKING and not r.tolerate
 
     def rec(i: int, used: frozenset[int], counter: int, picked: dict[int, list[int]]) -> bool:
         if i == len(slots):
@@ -142,15 +228,36 @@ def brute_force(devs: list[Dev], total: int, claims: list[Claim]) -> bool:
                 if c.constraint == "distinct" and len(set(vals)) != len(vals):
                     return False
             return True
-        ci, r = slots[i]
+        ci, opts = slots[i]
+        return any(attempt(i, ci, r, used, counter, picked) for r in opts)
+
+    def attempt(
+        i: int, ci: int, r: Req, used: frozenset[int], counter: int, picked: dict[int, list[int]]
+    ) -> bool:
         in_claim = set(picked.get(ci, []))
-        cands = [
-            j
-            for j, d in enumerate(devs)
-            if r.ok(d) and j not in in_claim and (r.admin or (not d.taken and j not in used))
-        ]
-        for combo in itertools.combinations(cands, r.count):
-            extra = 0 if r.admin else sum(devs[j].uses for j in combo)
+        if r.every:
+            # every matching device of the usable pools, or no fit
+            every = [j for j, d in enumerate(devs) if usable[j] and r.ok(d)]
+            ok = bool(every) and all(
+                not blocked(devs[j], r)
+                and j not in in_claim
+                and (r.admin or (not devs[j].taken and j not in used))
+                for j in every
+            )
+            combos: Any = [tuple(every)] if ok else []
+        else:
+            cands = [
+                j
+                for j, d in enumerate(devs)
+                if usable[j]
+                and r.ok(d)
+                and not blocked(d, r)
+                and j not in in_claim
+                and (r.admin or (not d.taken and j not in used))
+            ]
+            combos = itertools.combinations(cands, r.count)
+        for combo in combos:
+            extra = 0 if r.admin else sum(uses(devs[j]) for j in combo)
             if extra and counter + extra > total:  # only devices that consume counters are checked
                 continue
             new_used = used if r.admin else used | frozenset(combo)
@@ -160,38 +267,58 @@ def brute_force(devs: list[Dev], total: int, claims: list[Claim]) -> bool:
                 return True
         return False
 
-    base = sum(d.uses for d in devs if d.taken)
+    base = sum(uses(d) for d in devs if d.taken)
     return rec(0, frozenset(), base, {})
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(devs=devs_st, total=st.integers(0, 6), claims=st.lists(claim_st, min_size=1, max_size=2))
-def test_allocator_is_sound_and_complete(devs: list[Dev], total: int, claims: list[Claim]) -> None:
-    slices, in_use = world(devs, total)
+def check(devs: list[Dev], total: int, claims: list[Claim], q: str = "none") -> None:
+    """The allocator on the world agrees with ``brute_force``, and what it allocates is valid."""
+    slices, in_use = world(devs, total, q)
     inv = Inventory(slices)
     alloc = Allocator(inv, [CLASS], cache=SelectorCache(COMPILER))
     usage = inv.usage(in_use)
     before = (dict(usage.devices), dict(usage.counters))
+    expected = brute_force(devs, total, claims, q)
+    if expected is None:
+        with pytest.raises(
+            AllocationError, match=r"asks for all devices, but resource pool x\.example\.com/q"
+        ):
+            alloc.allocate(to_claims(claims), [NODE], usage)
+        return
     outcome = alloc.allocate(to_claims(claims), [NODE], usage)
     assert (dict(usage.devices), dict(usage.counters)) == before, "allocate() must not change usage"
-    expected = brute_force(devs, total, claims)
     assert outcome.allocated == expected
     if not outcome.allocated:
         assert outcome.reason()
         return
-    # soundness: every result satisfies selectors, constraints, exclusivity and counters
+    # soundness: every result satisfies selectors, taints, constraints, exclusivity and counters
     exclusive: set[str] = {f"d{i}" for i, d in enumerate(devs) if d.taken}
-    counter = sum(d.uses for d in devs if d.taken)
+    counter = sum(uses(d) for d in devs if d.taken)
     for c, ca in zip(claims, outcome.claims, strict=True):
         results = ca.allocation.devices.results if ca.allocation.devices else []
         assert results is not None
-        assert len(results) == sum(r.count for r in c.reqs)
+        chosen: dict[str, Req] = {}  # result request name -> its request or subrequest
+        for ri, rr in enumerate(c.reqs):
+            names = {res.request for res in results if res.request.split("/")[0] == f"r{ri}"}
+            assert len(names) == 1, f"r{ri}: results for {names}"  # one subrequest, >= 1 device
+            name = names.pop()
+            r = options(rr)[int(name.split("/s")[1])] if isinstance(rr, tuple) else rr
+            chosen[name] = r
+            got = [res.device for res in results if res.request == name]
+            if r.every:  # every matching device of the usable pools, in pool order
+                usable = [d.pool == 0 or q == "ok" for d in devs]
+                every = sorted((d.pool, j) for j, d in enumerate(devs) if usable[j] and r.ok(d))
+                assert got == [f"d{j}" for _, j in every]
+            else:
+                assert len(got) == r.count
         vals = []
         seen_in_claim: set[str] = set()
         for res in results:
-            r = c.reqs[int(res.request[1:])]
+            r = chosen[res.request]
             d = devs[int(res.device[1:])]
+            assert res.pool == "pq"[d.pool]
             assert r.ok(d), f"{res.device} violates the selector of {res.request}"
+            assert d.taint not in BLOCKING or r.tolerate, f"{res.device}: taint not tolerated"
             assert res.device not in seen_in_claim
             seen_in_claim.add(res.device)
             vals.append(d.a)
@@ -199,17 +326,61 @@ def test_allocator_is_sound_and_complete(devs: list[Dev], total: int, claims: li
             if not r.admin:
                 assert res.device not in exclusive, f"{res.device} allocated twice"
                 exclusive.add(res.device)
-                counter += d.uses
+                counter += uses(d)
         if c.constraint == "match":
             assert len(set(vals)) == 1
         if c.constraint == "distinct":
             assert len(set(vals)) == len(vals)
     # counters never go negative: what is consumed fits the total (when the in-use claims fit it)
-    if sum(d.uses for d in devs if d.taken) <= total:
+    if sum(uses(d) for d in devs if d.taken) <= total:
         assert counter <= total
     else:
-        assert counter == sum(d.uses for d in devs if d.taken)
+        assert counter == sum(uses(d) for d in devs if d.taken)
     assert all(v >= Fraction(0) for v in inv.counters.values())
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(devs=devs_st, total=st.integers(0, 6), claims=st.lists(claim_st, min_size=1, max_size=2))
+def test_allocator_is_sound_and_complete(devs: list[Dev], total: int, claims: list[Claim]) -> None:
+    check(devs, total, claims)
+
+
+all_devs_st = st.lists(
+    st.builds(
+        Dev,
+        a=st.integers(0, 2),
+        uses=st.integers(0, 2),
+        taken=st.sampled_from([False, False, True]),
+        taint=st.sampled_from([None, None, None, "NoSchedule", "NoExecute", "None"]),
+        pool=st.sampled_from([0, 0, 1]),
+    ),
+    min_size=1,
+    max_size=6,
+)
+_tolerate = st.sampled_from([False, False, True])
+all_claim_st = claims_of(
+    st.one_of(
+        requests(every=st.booleans(), tolerate=_tolerate),
+        # firstAvailable: subrequests have no adminAccess
+        st.tuples(*[requests(admin=st.just(False), every=st.booleans(), tolerate=_tolerate)] * 2),
+    ),
+    [None, None, "match", "distinct"],
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    devs=all_devs_st,
+    total=st.integers(0, 6),
+    claims=st.lists(all_claim_st, min_size=1, max_size=2),
+    q=st.sampled_from(["none", "ok", "incomplete", "invalid", "elsewhere"]),
+)
+def test_all_mode_taints_and_unusable_pools_as_upstream(
+    devs: list[Dev], total: int, claims: list[Claim], q: str
+) -> None:
+    """All requests, taints and a second pool that may be unusable or elsewhere: errors, fits and
+    misses as the oracle decides with upstream's rules; what is allocated is valid."""
+    check(devs, total, claims, q)
 
 
 class _GeneralOnly(Allocator):
