@@ -5,6 +5,8 @@ The simulation's history is replayed through the ledger's repository API with th
 "simulation")``, the cohorts, ClusterQueues (quota) and LocalQueues, then in time order
 ``add_workload`` at each arrival, ``admit`` (charges, flavors, planned node and devices per pod),
 ``evict`` (reason, preemptor) and ``finish``, and ``stop_run``. The schema is migrated to head first.
+Workload UIDs are derived from the run id and the job (a UUID), so one ledger can hold several runs of
+the same scenario.
 ``queueing report ... --url URL`` then reports on the simulated history.
 
 The ledger checks every admission with the scheduling core's own quota model (the same cohorts,
@@ -14,6 +16,7 @@ disagree: :class:`LedgerRefused` is raised (``queueing simulate`` exits 2 with i
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from queueing.api.quantity import Quantity
@@ -106,7 +109,8 @@ async def record(
         for lq in q.local_queues:
             await ledger.upsert_local_queue(LocalQueueSpec(lq.namespace, lq.name, lq.cluster_queue), at=t0)
         jobs = {j.key: j for j in scenario.jobs}
-        uid = {j.key: j.info.uid or f"sim-{j.key}" for j in scenario.jobs}
+        # one UID per run and job: a ledger may hold several runs of one scenario
+        uid = {j.key: str(uuid.uuid5(uuid.UUID(run_id), j.info.uid or j.key)) for j in scenario.jobs}
         # arrivals interleaved with the events (an arrival goes before events at the same time)
         timeline: list[tuple[float, int, int, object]] = [
             (j.arrival, 0, i, j) for i, j in enumerate(scenario.jobs) if j.arrival <= result.summary.time

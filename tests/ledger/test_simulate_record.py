@@ -109,3 +109,16 @@ def test_a_refused_write_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixtu
         f"error: --ledger {url}: ledger refused Admitted of ml/one at 0s: "
         "ClusterQueue cq (cohort team): insufficient unused quota for gpu.nvidia.com in flavor h200"
     ), err
+
+
+def test_two_runs_of_one_scenario_go_into_one_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each run's workloads get their own UIDs (from the run id): the second run is recorded too."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    d = hierarchical(tmp_path)
+    for _ in range(2):
+        rc, _, err = simulate(capsys, "-f", str(d), "--ledger", url)
+        assert rc == 0, err
+    n, _ = asyncio.run(admissions_and_cohorts(url))
+    assert n == 4
