@@ -25,7 +25,8 @@ the ``plot`` extra). ``--ledger URL`` records the run in the ledger (``queueing 
 backoff).
 
 Exit 0: the simulation ran; 2: invalid input or configuration (one line on stderr naming the object
-and field), or the ledger/plot could not be written.
+and field), or the ledger/plot could not be written, or the ledger refused a write of the history
+(its quota check, the core's own, disagrees with the simulation: a bug; one line naming the event).
 """
 
 from __future__ import annotations
@@ -161,7 +162,5 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        for w in rec.warnings:
-            print(f"warning: {w}", file=sys.stderr)
         print(f"recorded run {rec.run_id} in the ledger ({rec.written} writes)", file=sys.stderr)
     return rc

@@ -120,6 +120,7 @@ from queueing.kube.events import EventRecorder
 from queueing.kube.informer import Informer
 from queueing.kube.writes import each, is_already_exists, is_not_found, retrying
 from queueing.ledger.models import FINISHED as FINISHED_STATE
+from queueing.ledger.quota import quota_specs
 from queueing.ledger.reconcile import (
     ApplyAdmission,
     EvictAdmission,
@@ -132,6 +133,7 @@ from queueing.ledger.reconcile import (
 from queueing.ledger.recovery import apply_ledger_actions
 from queueing.ledger.repository import AlreadyAdmitted, Ledger, LedgerError, NotAdmitted
 from queueing.ledger.state import ClusterQueueSpec as LedgerClusterQueue
+from queueing.ledger.state import CohortSpec as LedgerCohort
 from queueing.ledger.state import LocalQueueSpec as LedgerLocalQueue
 from queueing.ledger.state import QuotaSpec
 from queueing.ledger.state import WorkloadSpec as LedgerWorkload
@@ -305,6 +307,7 @@ class Controller:
         self.inactive_cluster_queues: dict[str, str] = {}
         self._recorded: set[str] = set()  # workload UIDs the ledger knows
         self._ledger_cqs: dict[str, LedgerClusterQueue] = {}
+        self._ledger_cohorts: dict[str, LedgerCohort] = {}
         self._ledger_lqs: dict[tuple[str, str], LedgerLocalQueue] = {}
         # admission fair sharing: decayed usage per LocalQueue / ClusterQueue (resource -> amount),
         # sampled by the usage-sampling periodic job, plus the entry penalties of each cycle
@@ -588,6 +591,7 @@ class Controller:
     # ---- queues in the ledger
     async def _sync_ledger_queues(self) -> None:
         now = self.clock()
+        await self._sync_ledger_cohorts(now)
         for cq in self.cluster_queues.list():
             spec = LedgerClusterQueue(
                 cq.name,
@@ -613,6 +617,23 @@ class Controller:
             if self._ledger_lqs.get(key) != lspec:
                 await self.ledger.upsert_local_queue(lspec, at=now)
                 self._ledger_lqs[key] = lspec
+
+    async def _sync_ledger_cohorts(self, now: float) -> None:
+        """The Cohorts (parent, own quota) as the core sees them, in the ledger: its quota check is the
+        core's model over the whole tree. A cohort the ledger holds without a Cohort object (deleted)
+        is written back as implicit: no parent, no quota of its own."""
+        want = {
+            c.name: LedgerCohort(c.name, c.parent, quota_specs(c.quotas()))
+            for c in queue_specs(self.cohorts.list()).cohorts
+        }
+        if not self._ledger_cqs:  # the first sync after start() or resync(): compare with the ledger
+            self._ledger_cohorts = await self.ledger.cohorts()
+        for name in self._ledger_cohorts.keys() - want.keys():
+            want[name] = LedgerCohort(name)
+        for name, spec in sorted(want.items()):
+            if self._ledger_cohorts.get(name) != spec:
+                await self.ledger.upsert_cohort(spec, at=now)
+                self._ledger_cohorts[name] = spec
 
     async def _record(self, wl: Workload) -> None:
         uid = wl.metadata.uid or ""

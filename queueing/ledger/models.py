@@ -62,6 +62,25 @@ class Cohort(Base):
     updated_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
+class QuotaColumns:
+    """The quota of one flavor and resource (Kueue's ResourceQuota), in ``quotas`` and ``cohort_quotas``."""
+
+    flavor: Mapped[str] = mapped_column(Name, primary_key=True)
+    resource: Mapped[str] = mapped_column(Name, primary_key=True)
+    nominal: Mapped[Quantity] = mapped_column(ExactAmount())
+    borrowing_limit: Mapped[Quantity | None] = mapped_column(ExactAmount())
+    lending_limit: Mapped[Quantity | None] = mapped_column(ExactAmount())
+
+
+class CohortQuota(QuotaColumns, Base):
+    """A Cohort's own quota (its ``spec.resourceGroups``) per flavor and resource: the current spec,
+    added to the pool of its subtree (Kueue's hierarchical cohorts)."""
+
+    __tablename__ = "cohort_quotas"
+
+    cohort: Mapped[str] = mapped_column(Name, ForeignKey("cohorts.name"), primary_key=True)
+
+
 class ClusterQueue(Base):
     __tablename__ = "cluster_queues"
 
@@ -89,15 +108,10 @@ class QuotaVersion(Base):
     valid_to_ms: Mapped[int | None] = mapped_column(BigInteger)
 
 
-class Quota(Base):
+class Quota(QuotaColumns, Base):
     __tablename__ = "quotas"
 
     quota_version_id: Mapped[int] = mapped_column(BigId, ForeignKey("quota_versions.id"), primary_key=True)
-    flavor: Mapped[str] = mapped_column(Name, primary_key=True)
-    resource: Mapped[str] = mapped_column(Name, primary_key=True)
-    nominal: Mapped[Quantity] = mapped_column(ExactAmount())
-    borrowing_limit: Mapped[Quantity | None] = mapped_column(ExactAmount())
-    lending_limit: Mapped[Quantity | None] = mapped_column(ExactAmount())
 
 
 class LocalQueue(Base):

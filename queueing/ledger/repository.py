@@ -13,8 +13,10 @@ Usage::
     await ledger.close()
 
 Quota is checked inside the admitting transaction while holding row locks (PostgreSQL ``SELECT ... FOR
-UPDATE`` on the cohort row, then the ClusterQueue row, then the workload row; SQLite serialises writers
-with ``BEGIN IMMEDIATE``). A second active admission of one workload UID is refused by a unique index.
+UPDATE`` on the root cohort row of each cohort tree involved, then the ClusterQueue rows, then the
+workload rows; SQLite serialises writers with ``BEGIN IMMEDIATE``), with the scheduling core's quota
+model (:class:`queueing.ledger.quota.QuotaCheck` over ``QuotaTree``). A second active admission of one
+workload UID is refused by a unique index.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,11 +36,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from queueing.api.quantity import Quantity
 from queueing.ledger import models as m
 from queueing.ledger.engine import create_engine
+from queueing.ledger.quota import QuotaCheck, tree_lock_names, trees_of
 from queueing.ledger.state import (
     ActiveAdmission,
     AdmissionRequest,
     Charge,
     ClusterQueueSpec,
+    CohortSpec,
     EvictionStarted,
     LedgerState,
     LocalQueueSpec,
@@ -146,38 +150,101 @@ class Ledger:
         return self.engine.dialect.name
 
     # ------------------------------------------------------------------ queues and cohorts
-    async def upsert_cohort(self, name: str, *, parent: str | None = None, at: Time) -> None:
+    async def upsert_cohort(self, spec: CohortSpec, *, at: Time) -> None:
+        """Record a Cohort's parent and own quota (the current spec; a deleted Cohort object is recorded
+        as ``CohortSpec(name)``: no parent, no quota of its own, as Kueue treats an implicit cohort).
+        Locks the trees it leaves and joins, so admissions in them see the old or the new spec."""
+        at_ms = _ms(at)
+        _check_unique_quotas("Cohort", spec.name, spec.quotas)
         async with self.engine.begin() as c:
-            await self._ensure_cohort(c, name, _ms(at), parent=parent, set_parent=True)
+            await self._ensure_cohort(c, spec.name, at_ms)
+            if spec.parent:
+                await self._ensure_cohort(c, spec.parent, at_ms)
 
-    async def _ensure_cohort(
-        self,
-        c: AsyncConnection,
-        name: str,
-        at_ms: int,
-        *,
-        parent: str | None = None,
-        set_parent: bool = False,
-    ) -> None:
-        row = (await c.execute(select(m.Cohort.parent).where(m.Cohort.name == name))).first()
+            async def involved() -> set[str]:
+                return {spec.name, *([spec.parent] if spec.parent else [])}
+
+            parents = await self._lock_trees(c, involved)
+            current = await self._cohort_specs(c, [spec.name], parents)
+            if current[spec.name] == _normalized_cohort(spec):
+                return
+            await c.execute(
+                update(m.Cohort)
+                .where(m.Cohort.name == spec.name)
+                .values(parent=spec.parent, updated_at_ms=at_ms)
+            )
+            await c.execute(delete(m.CohortQuota).where(m.CohortQuota.cohort == spec.name))
+            if spec.quotas:
+                await c.execute(insert(m.CohortQuota), _quota_rows(spec.quotas, cohort=spec.name))
+
+    async def cohorts(self) -> dict[str, CohortSpec]:
+        """Every cohort the ledger holds, with its parent and own quota."""
+        async with self.engine.connect() as c:
+            parents = await self._cohort_parents(c)
+            return await self._cohort_specs(c, parents, parents)
+
+    async def _ensure_cohort(self, c: AsyncConnection, name: str, at_ms: int) -> None:
+        """Insert the cohort's row (no parent) if it is not there: every cohort named has a row to lock."""
+        row = (await c.execute(select(m.Cohort.name).where(m.Cohort.name == name))).first()
         if row is None:
             await c.execute(
-                insert(m.Cohort).values(name=name, parent=parent, created_at_ms=at_ms, updated_at_ms=at_ms)
+                insert(m.Cohort).values(name=name, parent=None, created_at_ms=at_ms, updated_at_ms=at_ms)
             )
-        elif set_parent and row.parent != parent:
+
+    async def _cohort_parents(self, c: AsyncConnection) -> dict[str, str | None]:
+        return {r.name: r.parent for r in (await c.execute(select(m.Cohort.name, m.Cohort.parent))).all()}
+
+    async def _lock_trees(
+        self, c: AsyncConnection, cohorts: Callable[[], Awaitable[Iterable[str]]]
+    ) -> dict[str, str | None]:
+        """Lock the rows that stand for the trees of the cohorts ``cohorts()`` names (each tree's root
+        cohort, in name order; see ``tree_lock_names``), and return every cohort's parent as it is
+        under those locks. A tree that changed before the lock was taken (a cohort moved) is read
+        again and its new root locked too, until what is read is what is locked."""
+        locked: set[str] = set()
+        while True:
+            parents = await self._cohort_parents(c)
+            need = {n for co in await cohorts() for n in tree_lock_names(co, parents)}
+            todo = sorted(need - locked)
+            if not todo:
+                return parents
             await c.execute(
-                update(m.Cohort).where(m.Cohort.name == name).values(parent=parent, updated_at_ms=at_ms)
+                select(m.Cohort.name).where(m.Cohort.name.in_(todo)).order_by(m.Cohort.name).with_for_update()
             )
+            locked.update(todo)
+
+    async def _cohort_specs(
+        self, c: AsyncConnection, names: Iterable[str], parents: Mapping[str, str | None]
+    ) -> dict[str, CohortSpec]:
+        """The stored specs of the cohorts ``names`` (parents as read under the tree locks)."""
+        names = sorted(set(names))
+        quotas: dict[str, list[QuotaSpec]] = defaultdict(list)
+        if names:
+            for r in (
+                await c.execute(
+                    select(m.CohortQuota)
+                    .where(m.CohortQuota.cohort.in_(names))
+                    .order_by(m.CohortQuota.cohort, m.CohortQuota.flavor, m.CohortQuota.resource)
+                )
+            ).all():
+                quotas[r.cohort].append(_quota_of_row(r))
+        return {n: CohortSpec(n, parents.get(n), tuple(quotas.get(n, ()))) for n in names}
 
     async def upsert_cluster_queue(self, spec: ClusterQueueSpec, *, at: Time) -> int:
         """Record a ClusterQueue's spec; returns its quota version (new version only when it changed)."""
         at_ms = _ms(at)
-        keys = [(q.flavor, q.resource) for q in spec.quotas]
-        if len(set(keys)) != len(keys):
-            raise LedgerError(f"ClusterQueue {spec.name}: a (flavor, resource) appears twice in its quotas")
+        _check_unique_quotas("ClusterQueue", spec.name, spec.quotas)
         async with self.engine.begin() as c:
             if spec.cohort:
                 await self._ensure_cohort(c, spec.cohort, at_ms)
+
+            async def involved() -> set[str]:  # the tree it is in and the one it joins
+                old = (
+                    await c.execute(select(m.ClusterQueue.cohort).where(m.ClusterQueue.name == spec.name))
+                ).scalar_one_or_none()
+                return {n for n in (old, spec.cohort) if n}
+
+            await self._lock_trees(c, involved)
             row = (
                 await c.execute(
                     select(m.ClusterQueue).where(m.ClusterQueue.name == spec.name).with_for_update()
@@ -230,20 +297,7 @@ class Ledger:
                 )
             ).scalar_one()
             if spec.quotas:
-                await c.execute(
-                    insert(m.Quota),
-                    [
-                        {
-                            "quota_version_id": vid,
-                            "flavor": q.flavor,
-                            "resource": q.resource,
-                            "nominal": q.nominal,
-                            "borrowing_limit": q.borrowing_limit,
-                            "lending_limit": q.lending_limit,
-                        }
-                        for q in spec.quotas
-                    ],
-                )
+                await c.execute(insert(m.Quota), _quota_rows(spec.quotas, quota_version_id=vid))
             return version
 
     async def delete_cluster_queue(self, name: str, *, at: Time) -> None:
@@ -277,9 +331,7 @@ class Ledger:
             name=name,
             cohort=qv.cohort,
             fair_sharing_weight=qv.fair_sharing_weight,
-            quotas=tuple(
-                QuotaSpec(r.flavor, r.resource, r.nominal, r.borrowing_limit, r.lending_limit) for r in rows
-            ),
+            quotas=tuple(_quota_of_row(r) for r in rows),
         )
 
     async def upsert_local_queue(self, spec: LocalQueueSpec, *, at: Time) -> None:
@@ -367,24 +419,25 @@ class Ledger:
             uids = ", ".join(r.workload_uid for r in reqs)
             raise AlreadyAdmitted(f"workload {uids} is already admitted") from e
 
-    async def _lock_queues(self, c: AsyncConnection, names: Iterable[str]) -> dict[str, Any]:
-        """Lock cohorts, then ClusterQueues, each in name order (no deadlocks between batches)."""
+    async def _lock_queues(
+        self, c: AsyncConnection, names: Iterable[str]
+    ) -> tuple[dict[str, Any], dict[str, str | None]]:
+        """Lock the root cohort of every tree the ClusterQueues are in, then the ClusterQueues, each
+        in name order (no deadlocks between batches). Returns the locked ClusterQueue rows and every
+        cohort's parent."""
         names = sorted(set(names))
-        found = {
-            r.name: r
-            for r in (await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.name.in_(names)))).all()
-        }
-        for n in names:
-            if n not in found or found[n].deleted_at_ms is not None:
-                raise UnknownObject(f"ClusterQueue {n} is not in the ledger")
-        cohorts = sorted({r.cohort for r in found.values() if r.cohort})
-        if cohorts:
-            await c.execute(
-                select(m.Cohort.name)
-                .where(m.Cohort.name.in_(cohorts))
-                .order_by(m.Cohort.name)
-                .with_for_update()
-            )
+
+        async def cohorts() -> set[str]:
+            found = {
+                r.name: r
+                for r in (await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.name.in_(names)))).all()
+            }
+            for n in names:
+                if n not in found or found[n].deleted_at_ms is not None:
+                    raise UnknownObject(f"ClusterQueue {n} is not in the ledger")
+            return {r.cohort for r in found.values() if r.cohort}
+
+        parents = await self._lock_trees(c, cohorts)
         locked = (
             await c.execute(
                 select(m.ClusterQueue)
@@ -393,12 +446,12 @@ class Ledger:
                 .with_for_update()
             )
         ).all()
-        return {r.name: r for r in locked}
+        return {r.name: r for r in locked}, parents
 
     async def _admit_batch(
         self, c: AsyncConnection, reqs: Sequence[AdmissionRequest], at_ms: int
     ) -> list[int]:
-        cqs = await self._lock_queues(c, [r.cluster_queue for r in reqs])
+        cqs, parents = await self._lock_queues(c, [r.cluster_queue for r in reqs])
         uids = [r.workload_uid for r in reqs]
         if len(set(uids)) != len(uids):
             raise AlreadyAdmitted("the batch admits a workload twice")
@@ -422,40 +475,51 @@ class Ledger:
             if wl.state in (m.FINISHED, m.DELETED):
                 raise LedgerError(f"workload {wl.namespace}/{wl.name} ({wl.uid}) is {wl.state}")
 
-        # quotas and usage of every ClusterQueue involved (and of their cohorts' members)
-        cohorts = sorted({q.cohort for q in cqs.values() if q.cohort})
-        members: dict[str, list[str]] = defaultdict(list)
+        # the whole tree of every ClusterQueue involved: its cohorts (parents, own quotas) and their
+        # ClusterQueues' quotas and usage, checked with the core's model
+        roots = {n for q in cqs.values() if q.cohort for n in tree_lock_names(q.cohort, parents)}
+        cohorts = sorted(trees_of(roots, parents))
+        members: dict[str, str | None] = {name: q.cohort for name, q in cqs.items()}
         if cohorts:
-            for r in (
+            for mr in (
                 await c.execute(
                     select(m.ClusterQueue.name, m.ClusterQueue.cohort).where(
                         m.ClusterQueue.cohort.in_(cohorts), m.ClusterQueue.deleted_at_ms.is_(None)
                     )
                 )
             ).all():
-                members[r.cohort].append(r.name)
-        names = sorted(set(cqs) | {n for ms in members.values() for n in ms})
-        quotas: dict[UsageKey, Any] = {
-            (r.cluster_queue, r.flavor, r.resource): r
-            for r in (
-                await c.execute(
-                    select(m.QuotaVersion.cluster_queue, m.Quota)
-                    .join(m.Quota, m.Quota.quota_version_id == m.QuotaVersion.id)
-                    .where(m.QuotaVersion.cluster_queue.in_(names), m.QuotaVersion.valid_to_ms.is_(None))
-                )
-            ).all()
-        }
+                members[mr.name] = mr.cohort
+        names = sorted(members)
+        quotas: dict[str, list[QuotaSpec]] = defaultdict(list)
+        for r in (
+            await c.execute(
+                select(m.QuotaVersion.cluster_queue, m.Quota)
+                .join(m.Quota, m.Quota.quota_version_id == m.QuotaVersion.id)
+                .where(m.QuotaVersion.cluster_queue.in_(names), m.QuotaVersion.valid_to_ms.is_(None))
+                .order_by(m.QuotaVersion.cluster_queue, m.Quota.flavor, m.Quota.resource)
+            )
+        ).all():
+            quotas[r.cluster_queue].append(_quota_of_row(r))
         old_usage: dict[UsageKey, Quantity] = {
             (r.cluster_queue, r.flavor, r.resource): r.amount
             for r in (
                 await c.execute(select(m.QueueUsage).where(m.QueueUsage.cluster_queue.in_(names)))
             ).all()
         }
+        check = QuotaCheck(
+            [ClusterQueueSpec(n, tuple(quotas.get(n, ())), members[n]) for n in names],
+            (await self._cohort_specs(c, cohorts, parents)).values(),
+            old_usage,
+        )
         usage = dict(old_usage)
         merged = [_merge_charges(r.charges) for r in reqs]
         for req, charges in zip(reqs, merged, strict=True):
-            cq = cqs[req.cluster_queue]
-            check_fits(cq.name, cq.cohort, members.get(cq.cohort, [cq.name]), quotas, usage, charges)
+            why = check.charge(req.cluster_queue, charges)
+            if why:
+                raise QuotaExceeded(why)
+            for ch in charges:
+                k = (req.cluster_queue, ch.flavor, ch.resource)
+                usage[k] = usage.get(k, ZERO) + ch.amount
 
         prior = dict(
             (
@@ -569,9 +633,6 @@ class Ledger:
                 .values(amount=bindparam("b_amount")),
                 upd,
             )
-
-    async def _lock_queue(self, c: AsyncConnection, cq_name: str) -> Any:
-        return (await self._lock_queues(c, [cq_name]))[cq_name]
 
     # ------------------------------------------------------------------ release / evict
     async def finish(self, uid: str, *, at: Time, reason: str = "Finished") -> ReleaseResult:
@@ -942,6 +1003,8 @@ class Ledger:
                 await c.execute(select(m.ClusterQueue).where(m.ClusterQueue.deleted_at_ms.is_(None)))
             ).all():
                 cqs[r.name] = await self._quota_spec(c, r.name, r.quota_version)
+            parents = await self._cohort_parents(c)
+            cohorts = await self._cohort_specs(c, parents, parents)
             lqs = {
                 (r.namespace, r.name): LocalQueueSpec(r.namespace, r.name, r.cluster_queue)
                 for r in (await c.execute(select(m.LocalQueue))).all()
@@ -997,7 +1060,7 @@ class Ledger:
                 for r in (await c.execute(select(m.QueueUsage))).all()
                 if not r.amount.is_zero()
             }
-        return LedgerState(cqs, lqs, admissions, pending, usage)
+        return LedgerState(cqs, lqs, admissions, pending, usage, cohorts)
 
     async def usage_at(self, at: Time, *, metric: str = m.METRIC_QUOTA) -> dict[UsageKey, Quantity]:
         """Usage per (ClusterQueue, flavor, resource) at a time, from the journal (and, for compacted days,
@@ -1079,6 +1142,38 @@ def _normalized(spec: ClusterQueueSpec) -> ClusterQueueSpec:
     )
 
 
+def _quota_rows(quotas: Iterable[QuotaSpec], **key: Any) -> list[dict[str, Any]]:
+    """Rows of ``quotas`` (table ``quotas`` or ``cohort_quotas``), each with the ``key`` columns."""
+    return [
+        {
+            **key,
+            "flavor": q.flavor,
+            "resource": q.resource,
+            "nominal": q.nominal,
+            "borrowing_limit": q.borrowing_limit,
+            "lending_limit": q.lending_limit,
+        }
+        for q in quotas
+    ]
+
+
+def _quota_of_row(row: Any) -> QuotaSpec:
+    """A QuotaSpec from a row of ``quotas`` or ``cohort_quotas``."""
+    return QuotaSpec(row.flavor, row.resource, row.nominal, row.borrowing_limit, row.lending_limit)
+
+
+def _check_unique_quotas(kind: str, name: str, quotas: Iterable[QuotaSpec]) -> None:
+    keys = [(q.flavor, q.resource) for q in quotas]
+    if len(set(keys)) != len(keys):
+        raise LedgerError(f"{kind} {name}: a (flavor, resource) appears twice in its quotas")
+
+
+def _normalized_cohort(spec: CohortSpec) -> CohortSpec:
+    return CohortSpec(
+        spec.name, spec.parent, tuple(sorted(spec.quotas, key=lambda q: (q.flavor, q.resource)))
+    )
+
+
 def _merge_charges(charges: Iterable[Charge]) -> tuple[Charge, ...]:
     total: dict[tuple[str, str], Quantity] = {}
     for ch in charges:
@@ -1087,67 +1182,6 @@ def _merge_charges(charges: Iterable[Charge]) -> tuple[Charge, ...]:
         k = (ch.flavor, ch.resource)
         total[k] = total[k] + ch.amount if k in total else ch.amount
     return tuple(Charge(f, r, a) for (f, r), a in sorted(total.items()))
-
-
-def check_fits(
-    cq: str,
-    cohort: str | None,
-    members: Sequence[str],
-    quotas: Mapping[UsageKey, Any],
-    usage: dict[UsageKey, Quantity],
-    charges: Sequence[Charge],
-) -> None:
-    """Add ``charges`` to ``usage`` (in place) if they fit, else raise QuotaExceeded (usage unchanged).
-
-    Without a cohort: usage <= nominal. In a cohort: usage <= nominal + borrowingLimit (when set), and
-    what all members use beyond their guaranteed quota (nominal - lendingLimit, or 0 without a lending
-    limit) fits in the cohort's lendable pool (the sum of nominal - guaranteed): invariant 1.
-    """
-    new = dict(usage)
-    for ch in charges:
-        key = (cq, ch.flavor, ch.resource)
-        q = quotas.get(key)
-        if q is None:
-            if ch.amount.is_zero():
-                continue
-            raise QuotaExceeded(
-                f"ClusterQueue {cq} has no quota for flavor {ch.flavor} resource {ch.resource}"
-            )
-        used = new.get(key, ZERO) + ch.amount
-        new[key] = used
-        cap: Quantity | None
-        if cohort is None:
-            cap = q.nominal
-        elif q.borrowing_limit is not None:
-            cap = q.nominal + q.borrowing_limit
-        else:
-            cap = None
-        if cap is not None and used > cap:
-            raise QuotaExceeded(
-                f"ClusterQueue {cq}: {ch.resource} in flavor {ch.flavor} would use {used}, more than its quota {cap}"
-            )
-        if cohort is None:
-            continue
-        beyond = ZERO
-        pool = ZERO
-        for member in members:
-            mq = quotas.get((member, ch.flavor, ch.resource))
-            mused = new.get((member, ch.flavor, ch.resource), ZERO)
-            if mq is None:
-                beyond = beyond + mused
-                continue
-            guaranteed = mq.nominal - mq.lending_limit if mq.lending_limit is not None else ZERO
-            if guaranteed < ZERO:
-                guaranteed = ZERO
-            pool = pool + (mq.nominal - guaranteed)
-            if mused > guaranteed:
-                beyond = beyond + (mused - guaranteed)
-        if beyond > pool:
-            raise QuotaExceeded(
-                f"cohort {cohort}: {ch.resource} in flavor {ch.flavor} would need {beyond} "
-                f"from the shared pool, which has {pool}"
-            )
-    usage.update(new)
 
 
 def _journal_rows(

@@ -32,6 +32,16 @@ class ClusterQueueSpec:
 
 
 @dataclass(frozen=True)
+class CohortSpec:
+    """A Cohort: its parent (hierarchical cohorts) and its own quota, added to its subtree's pool.
+    A cohort named only by a ClusterQueue or as a parent has no parent and no quota of its own."""
+
+    name: str
+    parent: str | None = None
+    quotas: tuple[QuotaSpec, ...] = ()
+
+
+@dataclass(frozen=True)
 class LocalQueueSpec:
     namespace: str
     name: str
@@ -133,6 +143,7 @@ class LedgerState:
     admissions: Mapping[str, ActiveAdmission]  # by workload UID
     pending: Mapping[str, PendingWorkload]  # by workload UID
     usage: Mapping[UsageKey, Quantity]
+    cohorts: Mapping[str, CohortSpec] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

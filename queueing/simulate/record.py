@@ -5,41 +5,49 @@ The simulation's history is replayed through the ledger's repository API with th
 "simulation")``, the cohorts, ClusterQueues (quota) and LocalQueues, then in time order
 ``add_workload`` at each arrival, ``admit`` (charges, flavors, planned node and devices per pod),
 ``evict`` (reason, preemptor) and ``finish``, and ``stop_run``. The schema is migrated to head first.
+Workload UIDs are derived from the run id and the job (a UUID), so one ledger can hold several runs of
+the same scenario.
 ``queueing report ... --url URL`` then reports on the simulated history.
 
-A write the ledger refuses (its last-line quota check is simpler than the scheduler's for
-hierarchical cohorts) is skipped and reported as a warning; the rest is still recorded.
+The ledger checks every admission with the scheduling core's own quota model (the same cohorts,
+parents and own quotas are written to it), so a write it refuses means the simulation and the ledger
+disagree: :class:`LedgerRefused` is raised (``queueing simulate`` exits 2 with its one-line message).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass
 
 from queueing.api.quantity import Quantity
 from queueing.ledger.migrate import upgrade_async
+from queueing.ledger.quota import quota_specs
 from queueing.ledger.repository import Ledger, LedgerError
 from queueing.ledger.state import (
     AdmissionRequest,
     Charge,
     ClusterQueueSpec,
+    CohortSpec,
     LocalQueueSpec,
     PlannedDevice,
     PodPlan,
-    QuotaSpec,
     WorkloadSpec,
 )
 from queueing.scheduling.dra_placer import DraPlacer, DraPlan
 from queueing.simulate.engine import SimEvent, SimResult
 from queueing.simulate.scenario import Scenario
 
-__all__ = ["RecordResult", "record"]
+__all__ = ["LedgerRefused", "RecordResult", "record"]
+
+
+class LedgerRefused(LedgerError):
+    """The ledger refused a write of the simulated history (it disagrees with the simulation)."""
 
 
 @dataclass
 class RecordResult:
     run_id: str
     written: int = 0
-    warnings: list[str] = field(default_factory=list)
 
 
 def _memory(placer: DraPlacer, key: tuple[str, str, str]) -> Quantity | None:
@@ -90,25 +98,19 @@ async def record(
         out = RecordResult(run_id)
         q = scenario.queues
         for c in q.cohorts:
-            await ledger.upsert_cohort(c.name, parent=c.parent, at=t0)
+            await ledger.upsert_cohort(CohortSpec(c.name, c.parent, quota_specs(c.quotas())), at=t0)
         for cq in q.cluster_queues:
-            quotas = tuple(
-                QuotaSpec(
-                    f,
-                    r,
-                    Quantity.from_value(rq.nominal),
-                    None if rq.borrowing_limit is None else Quantity.from_value(rq.borrowing_limit),
-                    None if rq.lending_limit is None else Quantity.from_value(rq.lending_limit),
-                )
-                for (f, r), rq in sorted(cq.quotas().items())
-            )
             await ledger.upsert_cluster_queue(
-                ClusterQueueSpec(cq.name, quotas, cq.cohort, Quantity.from_value(cq.fair_weight)), at=t0
+                ClusterQueueSpec(
+                    cq.name, quota_specs(cq.quotas()), cq.cohort, Quantity.from_value(cq.fair_weight)
+                ),
+                at=t0,
             )
         for lq in q.local_queues:
             await ledger.upsert_local_queue(LocalQueueSpec(lq.namespace, lq.name, lq.cluster_queue), at=t0)
         jobs = {j.key: j for j in scenario.jobs}
-        uid = {j.key: j.info.uid or f"sim-{j.key}" for j in scenario.jobs}
+        # one UID per run and job: a ledger may hold several runs of one scenario
+        uid = {j.key: str(uuid.uuid5(uuid.UUID(run_id), j.info.uid or j.key)) for j in scenario.jobs}
         # arrivals interleaved with the events (an arrival goes before events at the same time)
         timeline: list[tuple[float, int, int, object]] = [
             (j.arrival, 0, i, j) for i, j in enumerate(scenario.jobs) if j.arrival <= result.summary.time
@@ -157,9 +159,10 @@ async def record(
                 out.written += 1
             except LedgerError as err:
                 what = getattr(item, "event", "arrival")
-                out.warnings.append(
+                await ledger.stop_run(run_id, at=at)
+                raise LedgerRefused(
                     f"ledger refused {what} of {getattr(item, 'job', getattr(item, 'key', '?'))} at {t:g}s: {err}"
-                )
+                ) from err
         await ledger.stop_run(run_id, at=t0 + result.summary.time)
         return out
     finally:
