@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.controller.standins import StandIns
-
 from queueing.kube.client import JOBS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.ledger.state import CohortSpec
 from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
 from tests.controller.conftest import REPO, Harness, eventually
 from tests.controller.test_admission import get, is_true
 
