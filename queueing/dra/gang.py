@@ -196,15 +196,17 @@ class ClusterState:
         features: Features | None = None,
         cache: SelectorCache | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        verify: bool = False,
     ) -> None:
         self.features = features or Features()
+        self.verify = verify  # verify mode (``queueing.dra.verify``): fast paths run the general one too
         self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.node_names: list[str] = [n.name for n in self.nodes]
         self.inventory = Inventory(slices, partitionable_devices=self.features.partitionable_devices)
         classes = dict(classes) if isinstance(classes, Mapping) else list(classes)
         self.allocator = Allocator(
-            self.inventory, classes, features=self.features, cache=cache, max_steps=max_steps
+            self.inventory, classes, features=self.features, cache=cache, max_steps=max_steps, verify=verify
         )
         self.claims: dict[str, ResourceClaim] = {c.key: c for c in claims}
         self.templates: dict[str, ResourceClaimTemplate] = {t.key: t for t in templates}
