@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -153,6 +154,7 @@ from queueing.scheduling.placer import Placement
 from queueing.scheduling.quota import cohort_cycles
 from queueing.scheduling.requeue import next_requeue
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
+from queueing.verify import verify_from_env
 
 __all__ = [
     "CLUSTER_QUEUES",
@@ -207,8 +209,11 @@ class Controller:
         queue_status_period: float = 1.0,
         metrics: ControllerMetrics | None = None,
         eviction_timeout: float | None = None,
+        verify: bool | None = None,
     ) -> None:
         self.kube = kube
+        # verify mode of the cores (see ``queueing.verify``; None: from ``QUEUEING_VERIFY``)
+        self.verify = verify_from_env(os.environ) if verify is None else verify
         self.ledger = ledger
         self.config = config or Config()
         self.clock = clock
@@ -881,10 +886,14 @@ class Controller:
             self.device_classes.list(),
             claims=self._placer_claims(),
             templates=self.templates.list(),
+            verify=self.verify,
         )
         now = self.clock()
         t0 = time.perf_counter()
-        result = run_cycle(snapshot, placer, now, self.config.scheduling())
+        scheduling = self.config.scheduling()
+        if self.verify:
+            scheduling = scheduling.model_copy(update={"verify": True})
+        result = run_cycle(snapshot, placer, now, scheduling)
         spent = time.perf_counter() - t0
         self.stats.cycles += 1
         if pending:
