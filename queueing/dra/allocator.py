@@ -892,7 +892,14 @@ class Allocator:
         extra: list[ClaimAllocation] = []
         nxt: str = "limit"
         while len(general) < limit:
-            one = self.allocate_on(claims, node, usage, explain=False)
+            if after is True and len(general) >= len(got):
+                try:  # only the search can tell; an error it meets is ``allocate_on``'s to raise
+                    one = self.allocate_on(claims, node, usage, explain=False)
+                except AllocationError:
+                    nxt = "search"
+                    break
+            else:
+                one = self.allocate_on(claims, node, usage, explain=False)
             if not isinstance(one, tuple):
                 nxt = "no fit"
                 break

@@ -14,6 +14,9 @@ from test_gang import GPU, gpus, node, template
 from test_simple_gang import workload
 
 from queueing.api.core import Node, PodSpec
+from queueing.api.resource import ResourceClaim
+from queueing.dra.allocator import Allocator
+from queueing.dra.inventory import Inventory
 from queueing.dra.verify import VerifyError
 from queueing.scheduling.dra_placer import DraPlacer
 from queueing.scheduling.placer import Placement, PlacementFailure
@@ -141,3 +144,61 @@ def test_verify_raises_when_a_fast_path_differs(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(quiet, "_quick_miss", lambda *a: "at most 0 fit (wrong)")
     out = quiet.place(workload("w", [("main", 1, spec())]), {}, {}, quiet.initial_state([]))
     assert isinstance(out, PlacementFailure)
+
+
+# ------------------------------------------------------------------------------------ the allocator
+class _LastFirst(Allocator):
+    """A greedy path that takes the last free devices (the search takes the first)."""
+
+    def _greedy(self, steps: Any, candidates: Any, s: Any) -> bool:
+        return super()._greedy(steps, [c[::-1] for c in candidates], s)
+
+
+class _ShortFill(Allocator):
+    """A ``greedy_fill`` that stops one allocation early and says the next does not fit."""
+
+    def _greedy_fill(self, claims: Any, steps: Any, node: Any, usage: Any, limit: int) -> Any:
+        got, after = super()._greedy_fill(claims, steps, node, usage, limit)
+        if got:
+            for per_claim in got[-1:]:
+                for picks in per_claim:
+                    usage.give_back_all(picks)
+            return got[:-1], False
+        return got, after
+
+
+def _claim(n: int) -> ResourceClaim:
+    return ResourceClaim.model_validate(
+        {
+            "metadata": {"name": "c", "namespace": "default"},
+            "spec": {
+                "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": n}}]}
+            },
+        }
+    )
+
+
+def test_verify_raises_where_the_allocators_greedy_paths_differ() -> None:
+    nd, sl = node("n0"), gpus("n0", 4)
+    inv = Inventory([sl])
+    wrong = _LastFirst(inv, [GPU], verify=True)
+    with pytest.raises(VerifyError) as err:
+        wrong.allocate_on(wrong.prepare([_claim(2)]), nd, inv.usage([]))
+    assert err.value.fast_path == "Allocator._greedy (allocate_on)"
+    # without verify the greedy path's answer stands (the last two devices)
+    quiet = _LastFirst(inv, [GPU])
+    got = quiet.allocate_on(quiet.prepare([_claim(2)]), nd, inv.usage([]))
+    assert isinstance(got, tuple) and [p.device.key[2] for p in got[0].picks] == ["gpu-3", "gpu-2"]
+
+    short = _ShortFill(inv, [GPU], verify=True)
+    pc = short.prepare([_claim(1)])
+    steps = [(ci, alts) for ci, c in enumerate(pc) for alts in c.requests]
+    with pytest.raises(VerifyError) as err:
+        short.greedy_fill(pc, steps, nd, inv.usage([]), 3)
+    assert err.value.fast_path == "Allocator.greedy_fill"
+    right = Allocator(inv, [GPU], verify=True)
+    usage = inv.usage([])
+    pc = right.prepare([_claim(1)])
+    steps = [(ci, alts) for ci, c in enumerate(pc) for alts in c.requests]
+    fill, after = right.greedy_fill(pc, steps, nd, usage, 3)
+    assert len(fill) == 3 and after is None and len(usage.devices) == 3

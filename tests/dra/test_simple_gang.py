@@ -582,7 +582,8 @@ def test_charges_sum_as_pick_by_pick(seed: int) -> None:
 def test_greedy_fill_is_allocate_on_in_a_row(seed: int) -> None:
     rng = random.Random(seed)
     nodes, slices, classes = cluster(rng)
-    states = [ClusterState(nodes, slices, classes, templates=templates()) for _ in range(2)]
+    # the second in verify mode: greedy_fill checks itself against allocate_on in a row as well
+    states = [ClusterState(nodes, slices, classes, templates=templates(), verify=v) for v in (False, True)]
     busy = [rng.random() < 0.25 for _ in states[0].inventory.devices]
     for st in states:
         for d, b in zip(sorted(st.inventory.devices.values(), key=lambda d: d.order), busy, strict=True):
