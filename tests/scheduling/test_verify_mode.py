@@ -6,16 +6,21 @@ a fresh placer and memo do."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sched_helpers import LOWER, gpu_cq, job, lq, nodes, running, snapshot
 
-from queueing.api.core import Node, PodSpec, PodTemplateSpec
-from queueing.api.resource import DeviceClass, ResourceClaimTemplate, ResourceSlice
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dra"))  # the DRA tests' builders
+from test_gang import GPU, node, template
+from test_gang import gpus as slices
+
+from queueing.api.core import PodSpec, PodTemplateSpec
 from queueing.dra.verify import VerifyError
 from queueing.scheduling import CountingPlacer, SchedulingConfig, run_cycle
 from queueing.scheduling.cycle import CycleMemo, CycleResult
@@ -91,53 +96,6 @@ def test_a_wrong_shape_raises() -> None:
 
 
 # ------------------------------------------------------------ kept placer, flavors that change
-DRIVER = "gpu.example.com"
-GPU = DeviceClass.model_validate(
-    {
-        "metadata": {"name": "gpu"},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-    }
-)
-
-
-def _node(name: str, zone: str) -> Node:
-    return Node.model_validate(
-        {
-            "metadata": {"name": name, "labels": {"zone": zone}},
-            "status": {"allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110"}},
-        }
-    )
-
-
-def _slice(node: str, n: int) -> ResourceSlice:
-    return ResourceSlice.model_validate(
-        {
-            "metadata": {"name": f"{node}-gpus"},
-            "spec": {
-                "driver": DRIVER,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "nodeName": node,
-                "devices": [{"name": f"gpu-{i}"} for i in range(n)],
-            },
-        }
-    )
-
-
-def _template(g: int) -> ResourceClaimTemplate:
-    return ResourceClaimTemplate.model_validate(
-        {
-            "metadata": {"name": f"t{g}", "namespace": "default"},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": g}}]
-                    }
-                }
-            },
-        }
-    )
-
-
 def _outcome(res: CycleResult) -> object:
     return (
         sorted((a.key, a.assignment.placement.nodes) for a in res.admissions),
@@ -155,12 +113,12 @@ def test_kept_placer_and_memo_follow_flavors_that_change(zones: list[str], gpus:
     """Cycle after cycle the flavor ``f`` names another zone (same name, new labels): a kept placer
     and memo in verify mode decide what a fresh placer and memo decide."""
     names = {"a": "na", "b": "nb", "c": "nc"}
-    tmpl = [_template(g) for g in range(1, 5)]
+    tmpl = [template(f"t{g}", g) for g in range(1, 5)]
 
     def placer(verify: bool) -> DraPlacer:
         return DraPlacer(
-            [_node(n, z) for z, n in names.items()],
-            [_slice(n, 2) for n in names.values()],
+            [node(n, labels={"zone": z}) for z, n in names.items()],
+            [slices(n, 2) for n in names.values()],
             [GPU],
             templates=tmpl,
             verify=verify,
