@@ -701,6 +701,9 @@ class Allocator:
         skip = self._skip.get(shape)
         if skip is not None and skip[0] is usage.token and skip[1] == usage.epoch and skip[2] is nodes:
             start = skip[3]
+            if self.verify:  # the nodes skipped must not fit
+                for node in nodes[:start]:
+                    self._verify_no_fit("Allocator first-fit memo (allocate)", prepared, node, usage)
         for idx in range(start, len(nodes)):
             node = nodes[idx]
             got = self.allocate_on(prepared, node, usage, explain=False)
@@ -739,6 +742,14 @@ class Allocator:
         cheaper). On success the picks stay taken in ``usage``."""
         shapes = tuple(pc.shape_id for pc in claims)  # cheaper to hash than the shapes
         fail_key = (shapes, node.name if node is not None else "")
+        if self.verify:
+            seen = self._fail.get(fail_key)
+            if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+                del self._fail[fail_key]  # the answer without the memo
+                try:
+                    self._verify_no_fit("Allocator failure memo (allocate_on)", claims, node, usage)
+                finally:
+                    self._fail[fail_key] = seen
         layout = self._layouts.get(shapes)
         if layout is None:
             layout = self._layouts[shapes] = _layout(claims)
@@ -772,6 +783,26 @@ class Allocator:
             self._fail[fail_key] = (usage.token, usage.epoch)
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         return self._results(claims, node, search)
+
+    def _verify_no_fit(
+        self, memo: str, claims: Sequence[PreparedClaim], node: Node | None, usage: Usage
+    ) -> None:
+        """Verify mode: ``memo`` said the claims do not fit on ``node``; ``allocate_on`` must agree
+        (what it takes to find out is given back as a backtrack: the usage state stays the same)."""
+        try:
+            got = self.allocate_on(claims, node, usage, explain=False)
+        except AllocationError as e:
+            raise VerifyError(memo, "no fit", f"error: {e}") from e
+        if isinstance(got, tuple):
+            for ca in reversed(got):
+                for p in reversed(ca.picks):
+                    usage.give_back(p, backtrack=True)
+            raise VerifyError(
+                memo,
+                "no fit",
+                [picks_value(ca.picks) for ca in got],
+                f"node {node.name if node is not None else '-'}, claims {[pc.key for pc in claims]}",
+            )
 
     def _verify_greedy(
         self,

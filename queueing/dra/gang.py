@@ -243,6 +243,8 @@ class ClusterState:
         self._pod_plans: dict[int, tuple[Pod, tuple[ResourceClaimTemplate, ...], _PodPlan]] = {}
         # (id(pod spec), namespace) -> what placement derives from the spec alone
         self._spec_static: dict[tuple[int, str], _SpecStatic] = {}
+        # (DeviceClass, node index) -> whether the node has devices of the class (explanations)
+        self._class_on: dict[tuple[str, int], bool] = {}
         # template key -> (template, a claim validated from it) (see ``_Gang._plan_full``)
         self._claim_protos: dict[str, tuple[ResourceClaimTemplate, ResourceClaim]] = {}
 
@@ -819,7 +821,18 @@ class _Gang:
         placed = len(self.placements)
         if not misses:
             return GangExplanation(stuck.key, f"pod {stuck.key}: no nodes", None, self.checks, bound_hit)
-        best = min(misses, key=lambda m: (_KIND_RANK[m.kind], m.short_by, self.state.node_index[m.node]))
+        # the closest node, among those with devices of the classes the pod asks for when one has them
+        classes = _classes(stuck)
+        with_class = {i for i in range(len(self.state.nodes)) if self._has_classes(classes, i)}
+        best = min(
+            misses,
+            key=lambda m: (
+                self.state.node_index[m.node] not in with_class if with_class else False,
+                _KIND_RANK[m.kind],
+                m.short_by,
+                self.state.node_index[m.node],
+            ),
+        )
         head = (
             f"pod {stuck.key} (pod {placed + 1} of {len(self.plans)}) fits on none of "
             f"{len(misses)} nodes after {placed} placed; best node {best.node}: {best.message}"
@@ -827,6 +840,23 @@ class _Gang:
         if bound_hit:
             head += f" (search stopped after {self.checks} node checks)"
         return GangExplanation(stuck.key, head, best, self.checks, bound_hit)
+
+    def _has_classes(self, classes: tuple[frozenset[str], ...], i: int) -> bool:
+        """Whether node i has, for each request (its alternatives' classes), devices of one of them."""
+        node = self.state.nodes[i]
+        has = self.state._class_on
+        for alts in classes:
+            ok = False
+            for c in sorted(alts):
+                got = has.get((c, i))
+                if got is None:
+                    got = has[(c, i)] = self.state.allocator.devices_in_class(c, node) > 0
+                if got:
+                    ok = True
+                    break
+            if not ok:
+                return False
+        return True
 
     def _miss(self, plan: _PodPlan, i: int) -> NodeMiss:
         miss = self._static_miss(plan, i) or self._dynamic_miss(plan, i)
@@ -849,6 +879,12 @@ class _Gang:
             claim=got.claim,
             request=got.request,
         )
+
+
+def _classes(plan: _PodPlan) -> tuple[frozenset[str], ...]:
+    """Per device request of the pod's own claims, its alternatives' DeviceClasses (extended
+    resources are left out: a node may serve them through its device plugin, without devices)."""
+    return tuple(frozenset(a.class_name for a in alts) for pc in plan.own for alts in pc.requests)
 
 
 def place_gang(

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 from test_extended_resources import gpu_class
-from test_gang import GPU, gpus, node, template
+from test_gang import GPU, gpus, node, pod, template
 from test_simple_gang import workload
 
 from queueing.api.core import Node, PodSpec
 from queueing.api.resource import ResourceClaim
 from queueing.dra.allocator import Allocator
+from queueing.dra.gang import ClusterState, place_gang
 from queueing.dra.inventory import Inventory
 from queueing.dra.verify import VerifyError
 from queueing.scheduling.dra_placer import DraPlacer
@@ -202,3 +203,23 @@ def test_verify_raises_where_the_allocators_greedy_paths_differ() -> None:
     steps = [(ci, alts) for ci, c in enumerate(pc) for alts in c.requests]
     fill, after = right.greedy_fill(pc, steps, nd, usage, 3)
     assert len(fill) == 3 and after is None and len(usage.devices) == 3
+
+
+def test_gang_explanation_names_a_node_with_devices_of_the_class() -> None:
+    """The cpu-only node ``a`` is closer by the numbers (half a cpu short) than the GPU node (one
+    GPU short), but it has no GPU at all: the explanation names the GPU node."""
+    cs = ClusterState(
+        [node("a", cpu="500m"), node("n0")], [gpus("n0", 1)], [GPU], templates=[template("t2", 2)]
+    )
+    got = place_gang([pod("p0", tmpl="t2")], cs)
+    assert not got.placed and got.explanation is not None and got.explanation.best is not None
+    assert got.explanation.best.node == "n0", got.explanation.message
+    assert (
+        "best node n0: claim default/p0-gpus, request g: 2 devices of class gpu needed"
+        in got.explanation.message
+    )
+    # without devices of the class anywhere, the closest node by the numbers
+    bare = ClusterState([node("a", cpu="500m"), node("n0")], [], [GPU], templates=[template("t2", 2)])
+    none = place_gang([pod("p0", tmpl="t2")], bare)
+    assert none.explanation is not None and none.explanation.best is not None
+    assert none.explanation.best.node == "a"

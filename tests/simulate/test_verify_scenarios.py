@@ -128,7 +128,7 @@ def job(ns: str, n: int, spec: JobSpec, unique: bool) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     nodes=st.lists(
         st.tuples(
