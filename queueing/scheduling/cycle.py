@@ -573,6 +573,14 @@ def run_cycle(
             if entry is None:
                 pool = [c for c in pool_by_root.get(root, ()) if c.key not in taken]
                 entry = cohort_states[root] = (pool, plan_memo.state(tree, root, pool))
+            elif config.verify:  # the kept pool and state are what they would be built afresh
+                fresh = [c for c in pool_by_root.get(root, ()) if c.key not in taken]
+                checked(
+                    "run_cycle cohort state (pool, CohortState)",
+                    ([c.key for c in entry[0]], entry[1].id),
+                    lambda f=fresh, r=root: ([c.key for c in f], plan_memo.state(tree, r, f).id),  # type: ignore[misc]
+                    f"cohort tree {root}",
+                )
             pool, cohort = entry
             plan = plan_preemption(
                 wl,
