@@ -96,6 +96,7 @@ from queueing.dra.binding import (
     describe_devices,
     device_results,
 )
+from queueing.dra.verify import VerifyError
 from queueing.faults import fault_point
 from queueing.kube.client import (
     CLUSTER_QUEUES,
@@ -397,7 +398,7 @@ class Controller:
                     return
                 try:
                     await self.sync()
-                except asyncio.CancelledError:
+                except (asyncio.CancelledError, VerifyError):  # verify mode: a difference is a bug
                     raise
                 except Exception:
                     self.stats.errors += 1
