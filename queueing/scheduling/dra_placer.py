@@ -21,6 +21,10 @@ as it is with everything admitted or planned so far. :class:`DraPlacer` answers 
   instead: the same placement, plan and charges, without the gang's pods, claims and per-claim
   charges; when it cannot tell (the search would backtrack, a failure to explain, ...) the general
   path above decides.
+* Before either path a necessary condition (``_quick_miss``: enough free devices per node for
+  what each pod needs at least) may reject the gang at once. With ``verify=True`` (verify mode,
+  ``queueing.dra.verify``) every such fast path and cache also runs the general path and raises
+  ``VerifyError`` on a difference.
 * On failure the :class:`~queueing.scheduling.placer.PlacementFailure` message is the gang
   allocator's explanation: which pod (and claim/request) could not be placed, its best node and how
   short it is. Input errors that abort allocation (unknown template, CEL error, ...) are failures
