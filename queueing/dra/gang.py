@@ -50,6 +50,7 @@ from queueing.dra.extended import (
 )
 from queueing.dra.features import Features
 from queueing.dra.inventory import Inventory, Pick, Usage
+from queueing.dra.verify import VerifyError
 
 __all__ = [
     "ClusterState",
@@ -375,6 +376,23 @@ def _with_shared(plan: _PodPlan, shared: tuple[tuple[str, PreparedClaim | None],
         plan.implicit,
         plan.need,
     )
+
+
+_BLOCKS = "free-device index (Usage.block_free)"
+_COUNTS = "free devices by count (ClusterState.simple_devices, Usage.node_taken)"
+
+
+def _verify_short(state: ClusterState, lo: int, hi: int, need: int, what: str) -> None:
+    """Verify mode: every node in ``lo..hi-1`` has fewer than ``need`` free devices as
+    ``Inventory.free_on`` counts them, as the index that skips them claims."""
+    for x in range(lo, hi):
+        free = state.inventory.free_on(state.nodes[x], state.usage)
+        if free is not None and free >= need:
+            raise VerifyError(
+                what,
+                f"nodes {lo}..{hi - 1} have fewer than {need} free",
+                f"node {state.nodes[x].name}: {free} free",
+            )
 
 
 def _same(a: Sequence[object], b: Sequence[object]) -> bool:
@@ -770,6 +788,8 @@ class _Gang:
         while i < end:
             if blocks is not None and (i == start or not i & mask) and blocks[i >> shift] < need:
                 j = min(((i >> shift) + 1) << shift, end)
+                if self.state.verify:
+                    _verify_short(self.state, i, j, need, _BLOCKS)
                 self._skip(j - i)
                 i = j
                 continue
@@ -779,6 +799,8 @@ class _Gang:
                 total = simple[i]
                 free = total - taken.get(nodes[i].name, 0) if total is not None else free_on(nodes[i], usage)
                 if free is not None and free < need:
+                    if self.state.verify and total is not None:
+                        _verify_short(self.state, i, i + 1, need, _COUNTS)
                     self._skip(1)
                     i += 1
                     continue
@@ -1083,6 +1105,8 @@ def place_simple(
                         while b < nblocks and blocks[b] < need:
                             b += 1
                         j = min(b << shift, end)
+                        if state.verify:
+                            _verify_short(state, i, j, need, _BLOCKS)
                         checks += j - i
                         if checks > max_node_checks:
                             return None
@@ -1096,6 +1120,8 @@ def place_simple(
                             else free_on(nodes[i], usage)
                         )
                         if free is not None and free < need:
+                            if state.verify and total is not None:
+                                _verify_short(state, i, i + 1, need, _COUNTS)
                             checks += 1
                             if checks > max_node_checks:
                                 return None

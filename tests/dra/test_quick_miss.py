@@ -16,7 +16,7 @@ from test_simple_gang import workload
 from queueing.api.core import Node, PodSpec
 from queueing.api.resource import ResourceClaim
 from queueing.dra.allocator import Allocator
-from queueing.dra.gang import ClusterState, place_gang
+from queueing.dra.gang import ClusterState, place_gang, place_simple
 from queueing.dra.inventory import Inventory
 from queueing.dra.verify import VerifyError
 from queueing.scheduling.dra_placer import DraPlacer
@@ -223,3 +223,32 @@ def test_gang_explanation_names_a_node_with_devices_of_the_class() -> None:
     none = place_gang([pod("p0", tmpl="t2")], bare)
     assert none.explanation is not None and none.explanation.best is not None
     assert none.explanation.best.node == "a"
+
+
+@pytest.mark.parametrize("how", ["place_gang", "place_simple"])
+def test_verify_raises_where_the_free_device_index_is_wrong(how: str) -> None:
+    """A block sum of the free-device index that says "short" where a node has free devices: the
+    search would skip the node; verify mode raises instead."""
+
+    def state(verify: bool) -> ClusterState:
+        cs = ClusterState([node("n0"), node("n1")], [gpus("n0", 2), gpus("n1", 2)], [GPU], verify=verify)
+        cs.templates = {t.key: t for t in [template("t2", 2)]}
+        assert cs.usage.node_block is not None and cs.usage.block_free == [4]
+        return cs
+
+    def run(cs: ClusterState) -> bool:
+        got = place_gang([pod("p0", tmpl="t2")], cs)  # prepares the spec for place_simple
+        assert got.placed and got.transaction is not None
+        got.transaction.discard()
+        cs.usage.block_free[0] = 0  # wrong: four GPUs are free
+        if how == "place_gang":
+            return place_gang([pod("p1", tmpl="t2")], cs).placed
+        p0 = pod("p0", tmpl="t2")
+        spec = next(k for k in cs._spec_static.values()).spec
+        assert p0.spec == spec
+        return place_simple([(spec, "default", 1)], cs) is not None
+
+    assert run(state(False)) is False  # the wrong index skips every node
+    with pytest.raises(VerifyError) as err:
+        run(state(True))
+    assert err.value.fast_path == "free-device index (Usage.block_free)"
