@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -96,6 +97,7 @@ from queueing.dra.binding import (
     describe_devices,
     device_results,
 )
+from queueing.dra.verify import VerifyError
 from queueing.faults import fault_point
 from queueing.kube.client import (
     CLUSTER_QUEUES,
@@ -157,6 +159,7 @@ from queueing.scheduling.placer import Placement
 from queueing.scheduling.quota import cohort_cycles
 from queueing.scheduling.requeue import next_requeue
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
+from queueing.verify import verify_from_env
 
 __all__ = [
     "CLUSTER_QUEUES",
@@ -211,8 +214,11 @@ class Controller:
         queue_status_period: float = 1.0,
         metrics: ControllerMetrics | None = None,
         eviction_timeout: float | None = None,
+        verify: bool | None = None,
     ) -> None:
         self.kube = kube
+        # verify mode of the cores (see ``queueing.verify``; None: from ``QUEUEING_VERIFY``)
+        self.verify = verify_from_env(os.environ) if verify is None else verify
         self.ledger = ledger
         self.config = config or Config()
         self.clock = clock
@@ -269,7 +275,7 @@ class Controller:
         self.all_pods: Informer[Pod] = inf(PODS, Pod, transform=functools.partial(light_pod, labels=managed))
         # the cluster as placement sees it, kept in place by the informers' deltas (never rebuilt
         # per sync): see queueing/cache
-        self.cache = ClusterCache(selectors=self._selectors, managed_labels=managed)
+        self.cache = ClusterCache(selectors=self._selectors, managed_labels=managed, verify=self.verify)
         for mirrored in (
             self.nodes,
             self.slices,
@@ -416,7 +422,7 @@ class Controller:
                     return
                 try:
                     await self.sync()
-                except asyncio.CancelledError:
+                except (asyncio.CancelledError, VerifyError):  # verify mode: a difference is a bug
                     raise
                 except Exception:
                     self.stats.errors += 1
@@ -953,7 +959,10 @@ class Controller:
         placer = self._placer()
         now = self.clock()
         t0 = time.perf_counter()
-        result = run_cycle(snapshot, placer, now, self.config.scheduling())
+        scheduling = self.config.scheduling()
+        if self.verify:
+            scheduling = scheduling.model_copy(update={"verify": True})
+        result = run_cycle(snapshot, placer, now, scheduling)
         spent = time.perf_counter() - t0
         self.stats.cycles += 1
         if pending:

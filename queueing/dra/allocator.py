@@ -57,6 +57,7 @@ from queueing.dra.inventory import (
     Usage,
     attribute_key,
 )
+from queueing.dra.verify import VerifyError, pick_value, picks_value
 
 __all__ = [
     "MAX_RESULTS_PER_CLAIM",
@@ -370,8 +371,11 @@ class Allocator:
         features: Features | None = None,
         cache: SelectorCache | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        verify: bool = False,
     ) -> None:
         self.inventory = inventory
+        # verify mode (``queueing.dra.verify``): the greedy paths also run the general search
+        self.verify = verify
         self.classes: dict[str, DeviceClass] = (
             dict(classes) if isinstance(classes, Mapping) else {c.name: c for c in classes}
         )
@@ -764,6 +768,9 @@ class Allocator:
         skip = self._skip.get(shape)
         if skip is not None and skip[0] is usage.token and skip[1] == usage.epoch and skip[2] is nodes:
             start = skip[3]
+            if self.verify:  # the nodes skipped must not fit
+                for node in nodes[:start]:
+                    self._verify_no_fit("Allocator first-fit memo (allocate)", prepared, node, usage)
         for idx in range(start, len(nodes)):
             node = nodes[idx]
             got = self.allocate_on(prepared, node, usage, explain=False)
@@ -802,6 +809,14 @@ class Allocator:
         cheaper). On success the picks stay taken in ``usage``."""
         shapes = tuple(pc.shape_id for pc in claims)  # cheaper to hash than the shapes
         fail_key = (shapes, node.name if node is not None else "")
+        if self.verify:
+            seen = self._fail.get(fail_key)
+            if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+                del self._fail[fail_key]  # the answer without the memo
+                try:
+                    self._verify_no_fit("Allocator failure memo (allocate_on)", claims, node, usage)
+                finally:
+                    self._fail[fail_key] = seen
         layout = self._layouts.get(shapes)
         if layout is None:
             layout = self._layouts[shapes] = _layout(claims)
@@ -819,6 +834,8 @@ class Allocator:
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         search = _Search(usage=usage, node=node, steps_left=self.max_steps)
         if greedy and self._greedy(steps, single, search):
+            if self.verify:
+                search = self._verify_greedy(claims, steps, node, search)
             return self._results(claims, node, search)
         search.cvals = [[[] for _ in pc.constraints] for pc in claims]
         try:
@@ -872,6 +889,53 @@ class Allocator:
                     f"asks for at least {least} devices on node {node.name if node else '-'} (All "
                     f"requests with all their devices), more than the limit of {MAX_RESULTS_PER_CLAIM} per claim",
                 )
+
+    def _verify_no_fit(
+        self, memo: str, claims: Sequence[PreparedClaim], node: Node | None, usage: Usage
+    ) -> None:
+        """Verify mode: ``memo`` said the claims do not fit on ``node``; ``allocate_on`` must agree
+        (what it takes to find out is given back as a backtrack: the usage state stays the same)."""
+        try:
+            got = self.allocate_on(claims, node, usage, explain=False)
+        except AllocationError as e:
+            raise VerifyError(memo, "no fit", f"error: {e}") from e
+        if isinstance(got, tuple):
+            for ca in reversed(got):
+                for p in reversed(ca.picks):
+                    usage.give_back(p, backtrack=True)
+            raise VerifyError(
+                memo,
+                "no fit",
+                [picks_value(ca.picks) for ca in got],
+                f"node {node.name if node is not None else '-'}, claims {[pc.key for pc in claims]}",
+            )
+
+    def _verify_greedy(
+        self,
+        claims: Sequence[PreparedClaim],
+        steps: list[tuple[int, tuple[Alternative, ...]]],
+        node: Node | None,
+        fast: _Search,
+    ) -> _Search:
+        """Verify mode: ``_solve`` from the state ``_greedy`` started from must pick what it picked
+        (returns the general search, its picks taken as the greedy ones were)."""
+        usage = fast.usage
+        got = [(ci, pick_value(p)) for ci, _, p in fast.picks]
+        for _, _, p in reversed(fast.picks):
+            usage.give_back(p, backtrack=True)
+        search = _Search(usage=usage, node=node, steps_left=self.max_steps)
+        search.cvals = [[[] for _ in pc.constraints] for pc in claims]
+        try:
+            ok = self._solve(claims, steps, 0, search)
+        except _BoundHit:
+            ok = False
+        want = [(ci, pick_value(p)) for ci, _, p in search.picks] if ok else None
+        if want != got:
+            for _, _, p in reversed(search.picks):
+                usage.give_back(p, backtrack=True)
+            where = f"node {node.name if node is not None else '-'}, claims {[pc.key for pc in claims]}"
+            raise VerifyError("Allocator._greedy (allocate_on)", got, want, where)
+        return search
 
     def _pruned(
         self,
@@ -939,6 +1003,68 @@ class Allocator:
         True (its backtracking search would decide, or a candidate has a CEL error; nothing taken
         for it). ``claims`` may be other claims of the same shapes than ``allocate_on``'s: nothing
         that names them is kept."""
+        got, after = self._greedy_fill(claims, steps, node, usage, limit)
+        if self.verify:
+            self._verify_fill(claims, node, usage, limit, got, after)
+        return got, after
+
+    def _verify_fill(
+        self,
+        claims: Sequence[PreparedClaim],
+        node: Node,
+        usage: Usage,
+        limit: int,
+        got: list[tuple[tuple[Pick, ...], ...]],
+        after: bool | None,
+    ) -> None:
+        """Verify mode: ``allocate_on`` in a row, from the state ``greedy_fill`` started from, must
+        allocate what it allocated and then do what it said the next call does (``after``); the
+        usage is left as ``greedy_fill`` left it."""
+        for per_claim in reversed(got):
+            for picks in reversed(per_claim):
+                for p in reversed(picks):
+                    usage.give_back(p)
+        fast = [tuple(picks_value(picks) for picks in per_claim) for per_claim in got]
+        general: list[tuple[tuple[tuple[object, ...], ...], ...]] = []
+        extra: list[ClaimAllocation] = []
+        nxt: str = "limit"
+        while len(general) < limit:
+            if after is True and len(general) >= len(got):
+                try:  # only the search can tell; an error it meets is ``allocate_on``'s to raise
+                    one = self.allocate_on(claims, node, usage, explain=False)
+                except AllocationError:
+                    nxt = "search"
+                    break
+            else:
+                one = self.allocate_on(claims, node, usage, explain=False)
+            if not isinstance(one, tuple):
+                nxt = "no fit"
+                break
+            if after is True and len(general) >= len(got):
+                extra.extend(one)  # a fit found by the search: not taken by greedy_fill
+                nxt = "search"
+                break
+            general.append(tuple(picks_value(ca.picks) for ca in one))
+        for ca in reversed(extra):
+            for p in reversed(ca.picks):
+                usage.give_back(p)
+        said = {None: "limit", False: "no fit", True: "search"}[after]
+        if general != fast or (after is not True and nxt != said):
+            raise VerifyError(
+                "Allocator.greedy_fill",
+                (fast, said),
+                (general, nxt),
+                f"node {node.name}, claims {[pc.key for pc in claims]}, limit {limit}",
+            )
+
+    def _greedy_fill(
+        self,
+        claims: Sequence[PreparedClaim],
+        steps: Sequence[tuple[int, tuple[Alternative, ...]]],
+        node: Node,
+        usage: Usage,
+        limit: int,
+    ) -> tuple[list[tuple[tuple[Pick, ...], ...]], bool | None]:
         shapes = tuple(pc.shape_id for pc in claims)
         layout = self._layouts.get(shapes)
         if layout is None:
@@ -1336,6 +1462,23 @@ class Allocator:
         return tuple(out)
 
     # ---- explanations ----------------------------------------------------------------------
+    def devices_in_class(self, class_name: str, node: Node | None) -> int:
+        """How many devices usable from ``node`` (of valid pools) the DeviceClass selects (0 for an
+        unknown class or a selector that fails to compile; devices whose evaluation fails do not
+        count)."""
+        try:
+            _, sels = self._class(class_name, f"DeviceClass {class_name}", "")
+        except AllocationError:
+            return 0
+        n = 0
+        for d in self.inventory.devices_on(node):
+            try:
+                if d.pool_ok and all(self.cache.matches(s, d) for s in sels):
+                    n += 1
+            except AllocationError:
+                continue
+        return n
+
     def _diagnose(
         self, claims: Sequence[PreparedClaim], node: Node | None, usage: Usage, *, bound_hit: bool
     ) -> Shortfall:
@@ -1421,13 +1564,7 @@ class Allocator:
             return None
         if not alt.all_mode and free >= need:
             return None
-        in_class = 0
-        for d in self.inventory.devices_on(node):
-            try:
-                if d.pool_ok and all(self.cache.matches(s, d) for s in self._class_selectors[alt.class_name]):
-                    in_class += 1
-            except AllocationError:
-                continue
+        in_class = self.devices_in_class(alt.class_name, node)
         parts = [
             f"{need} device{'s' if need != 1 else ''} of class {alt.class_name} needed"
             + (" (All)" if alt.all_mode else ""),

@@ -52,6 +52,7 @@ from queueing.dra.extended import (
 )
 from queueing.dra.features import Features
 from queueing.dra.inventory import Inventory, Pick, Usage
+from queueing.dra.verify import VerifyError
 
 __all__ = [
     "ClusterState",
@@ -213,10 +214,12 @@ class ClusterState:
         cache: SelectorCache | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         previous: ClusterState | None = None,
+        verify: bool = False,
     ) -> None:
         """``previous``: an earlier state of the cluster, whose inventory pools built from the same
         slices (see ``Inventory``) and the allocatable of the same Node objects are taken over."""
         self.features = features or Features()
+        self.verify = verify  # verify mode (``queueing.dra.verify``): fast paths run the general one too
         self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.node_names: list[str] = [n.name for n in self.nodes]
@@ -227,7 +230,7 @@ class ClusterState:
         )
         classes = dict(classes) if isinstance(classes, Mapping) else list(classes)
         self.allocator = Allocator(
-            self.inventory, classes, features=self.features, cache=cache, max_steps=max_steps
+            self.inventory, classes, features=self.features, cache=cache, max_steps=max_steps, verify=verify
         )
         self.claims: dict[str, ResourceClaim] = {c.key: c for c in claims}
         self.templates: dict[str, ResourceClaimTemplate] = {t.key: t for t in templates}
@@ -265,6 +268,8 @@ class ClusterState:
         self._pod_plans: dict[int, tuple[Pod, tuple[ResourceClaimTemplate, ...], _PodPlan]] = {}
         # (id(pod spec), namespace) -> what placement derives from the spec alone
         self._spec_static: dict[tuple[int, str], _SpecStatic] = {}
+        # (DeviceClass, node index) -> whether the node has devices of the class (explanations)
+        self._class_on: dict[tuple[str, int], bool] = {}
         # template key -> (template, a claim validated from it) (see ``_Gang._plan_full``)
         self._claim_protos: dict[str, tuple[ResourceClaimTemplate, ResourceClaim]] = {}
 
@@ -436,6 +441,23 @@ def _with_shared(plan: _PodPlan, shared: tuple[tuple[str, PreparedClaim | None],
         plan.implicit,
         plan.need,
     )
+
+
+_BLOCKS = "free-device index (Usage.block_free)"
+_COUNTS = "free devices by count (ClusterState.simple_devices, Usage.node_taken)"
+
+
+def _verify_short(state: ClusterState, lo: int, hi: int, need: int, what: str) -> None:
+    """Verify mode: every node in ``lo..hi-1`` has fewer than ``need`` free devices as
+    ``Inventory.free_on`` counts them, as the index that skips them claims."""
+    for x in range(lo, hi):
+        free = state.inventory.free_on(state.nodes[x], state.usage)
+        if free is not None and free >= need:
+            raise VerifyError(
+                what,
+                f"nodes {lo}..{hi - 1} have fewer than {need} free",
+                f"node {state.nodes[x].name}: {free} free",
+            )
 
 
 def _same(a: Sequence[object], b: Sequence[object]) -> bool:
@@ -831,6 +853,8 @@ class _Gang:
         while i < end:
             if blocks is not None and (i == start or not i & mask) and blocks[i >> shift] < need:
                 j = min(((i >> shift) + 1) << shift, end)
+                if self.state.verify:
+                    _verify_short(self.state, i, j, need, _BLOCKS)
                 self._skip(j - i)
                 i = j
                 continue
@@ -840,6 +864,8 @@ class _Gang:
                 total = simple[i]
                 free = total - taken.get(nodes[i].name, 0) if total is not None else free_on(nodes[i], usage)
                 if free is not None and free < need:
+                    if self.state.verify and total is not None:
+                        _verify_short(self.state, i, i + 1, need, _COUNTS)
                     self._skip(1)
                     i += 1
                     continue
@@ -904,6 +930,23 @@ class _Gang:
             parts += (f" (search stopped after {self.checks} node checks)",)
         return GangExplanation.of(stuck.key, parts, best, self.checks, bound_hit)
 
+    def _has_classes(self, classes: tuple[frozenset[str], ...], i: int) -> bool:
+        """Whether node i has, for each request (its alternatives' classes), devices of one of them."""
+        node = self.state.nodes[i]
+        has = self.state._class_on
+        for alts in classes:
+            ok = False
+            for c in sorted(alts):
+                got = has.get((c, i))
+                if got is None:
+                    got = has[(c, i)] = self.state.allocator.devices_in_class(c, node) > 0
+                if got:
+                    ok = True
+                    break
+            if not ok:
+                return False
+        return True
+
     def _miss(self, plan: _PodPlan, i: int) -> NodeMiss:
         miss = self._static_miss(plan, i) or self._dynamic_miss(plan, i)
         if miss is not None:
@@ -928,6 +971,12 @@ class _Gang:
             device_class=got.device_class,
             in_class=got.in_class,
         )
+
+
+def _classes(plan: _PodPlan) -> tuple[frozenset[str], ...]:
+    """Per device request of the pod's own claims, its alternatives' DeviceClasses (extended
+    resources are left out: a node may serve them through its device plugin, without devices)."""
+    return tuple(frozenset(a.class_name for a in alts) for pc in plan.own for alts in pc.requests)
 
 
 def place_gang(
@@ -1126,6 +1175,8 @@ def place_simple(
                         while b < nblocks and blocks[b] < need:
                             b += 1
                         j = min(b << shift, end)
+                        if state.verify:
+                            _verify_short(state, i, j, need, _BLOCKS)
                         checks += j - i
                         if checks > max_node_checks:
                             return None
@@ -1139,6 +1190,8 @@ def place_simple(
                             else free_on(nodes[i], usage)
                         )
                         if free is not None and free < need:
+                            if state.verify and total is not None:
+                                _verify_short(state, i, i + 1, need, _COUNTS)
                             checks += 1
                             if checks > max_node_checks:
                                 return None

@@ -35,6 +35,7 @@ from queueing.scheduling.snapshot import (
     ResourceGroup,
     WorkloadInfo,
 )
+from queueing.scheduling.verify import checked
 
 __all__ = ["Assigner", "Assignment", "Combo", "Outcome", "ShapeCache"]
 
@@ -107,12 +108,16 @@ class Assigner:
         flavors: Mapping[str, FlavorSpec],
         placer: Placer[Any],
         shapes: ShapeCache | None = None,
+        *,
+        verify: bool = False,
     ):
         """``shapes``: a cache of derived shapes to use and fill (kept by a caller between cycles);
         only valid for the same flavors (a shape depends on the ClusterQueue spec, which it checks,
-        on the workload's fit signature and on the flavors, not on the placer)."""
+        on the workload's fit signature and on the flavors, not on the placer). ``verify``: every
+        answer from the cache is checked against the same derivation afresh (``VerifyError``)."""
         self.flavors = flavors
         self.placer = placer
+        self.verify = verify
         # (ClusterQueue, fit signature) -> shape
         self._shapes: ShapeCache = {} if shapes is None else shapes
 
@@ -124,11 +129,25 @@ class Assigner:
             if len(self._shapes) >= _SHAPES_LIMIT:
                 self._shapes.clear()
             got = self._shapes[k] = _Shape(cq, groups, err)
+        elif self.verify:
+            checked(
+                "Assigner shape cache (groups)",
+                (got.groups, got.groups_err),
+                lambda: self._derive_groups(cq, wl),
+                f"ClusterQueue {cq.name}, workload {wl.key}",
+            )
         return got
 
     def _combos(self, shape: _Shape, wl: WorkloadInfo) -> tuple[list[Combo], str]:
         if shape.combos is None:
             shape.combos = self._derive_combos(shape.cq, wl, shape.groups)
+        elif self.verify:
+            checked(
+                "Assigner shape cache (combos)",
+                shape.combos,
+                lambda: self._derive_combos(shape.cq, wl, shape.groups),
+                f"workload {wl.key}",
+            )
         return shape.combos
 
     def _flavor_map(
@@ -137,6 +156,13 @@ class Assigner:
         got = shape.flavors.get(combo)
         if got is None:
             got = shape.flavors[combo] = self._derive_flavor_map(shape.cq, wl, combo, shape.groups)
+        elif self.verify:
+            checked(
+                "Assigner shape cache (flavor map)",
+                got,
+                lambda: self._derive_flavor_map(shape.cq, wl, combo, shape.groups),
+                f"workload {wl.key}, {combo}",
+            )
         return got
 
     def _usage(
@@ -147,6 +173,19 @@ class Assigner:
         if got is None:
             res_flavor = self._flavor_map(shape, wl, combo)[0]
             got = shape.usage[k] = self.regular_usage(shape.cq, wl, counts, res_flavor, with_devices)
+        elif self.verify:
+            checked(
+                "Assigner shape cache (usage)",
+                got,
+                lambda: self.regular_usage(
+                    shape.cq,
+                    wl,
+                    counts,
+                    self._derive_flavor_map(shape.cq, wl, combo, shape.groups)[0],
+                    with_devices,
+                ),
+                f"workload {wl.key}, {combo}, counts {dict(counts)}",
+            )
         return got
 
     def _units(
@@ -157,6 +196,14 @@ class Assigner:
         if got is None:
             expected = self._usage(shape, wl, counts, combo, True)
             got = shape.units[k] = [(fr, to_units(expected[fr])) for fr in sorted(expected)]
+        elif self.verify:
+            expected = self._usage(shape, wl, counts, combo, True)
+            checked(
+                "Assigner shape cache (units)",
+                got,
+                lambda: [(fr, to_units(expected[fr])) for fr in sorted(expected)],
+                f"workload {wl.key}, {combo}",
+            )
         return got
 
     def expected_usage(

@@ -130,6 +130,9 @@ class SchedulingConfig(_Model):
     wait_for_pods_ready: WaitForPodsReady = Field(default_factory=WaitForPodsReady)
     # safety valve for the eviction planner's search (candidate pairs examined per preemptor)
     max_preemption_pairs: int = 400
+    # verify mode (``queueing.dra.verify``): the cycle's memos and caches (``CycleMemo``, ``PlanMemo``,
+    # the Assigner's shapes) also run the general computation and raise ``VerifyError`` on a
+    # difference; the shell sets it (``QUEUEING_VERIFY=1``), the core never reads the environment; the run shortcut of pending reasons is checked too
     verify: bool = False
 
     @classmethod

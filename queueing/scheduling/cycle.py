@@ -52,6 +52,7 @@ from queueing.scheduling.snapshot import (
     LocalQueueSpec,
     WorkloadInfo,
 )
+from queueing.scheduling.verify import checked
 
 __all__ = [
     "Admission",
@@ -302,7 +303,7 @@ def run_cycle(
     if memo.shapes_flavors is not snapshot.flavors:
         memo.shapes = {}
         memo.shapes_flavors = snapshot.flavors
-    assigner = Assigner(flavors, placer, memo.shapes)
+    assigner = Assigner(flavors, placer, memo.shapes, verify=config.verify)
     afs = config.admission_fair_sharing
 
     # ---- admitted workloads ----------------------------------------------------------------------
@@ -440,17 +441,30 @@ def run_cycle(
     # its usage or candidates change
     cohort_states: dict[str, tuple[list[AdmittedWorkload], CohortState]] = {}
 
+    def derive_estimate(
+        cq: ClusterQueueSpec, wl: WorkloadInfo, by: Assigner
+    ) -> dict[FlavorResource, Fraction]:
+        got: dict[FlavorResource, Fraction] = {}
+        groups, err = by.relevant_groups(cq, wl)
+        if not err:
+            combos, err = by.combos(cq, wl, groups)
+            if not err and combos:
+                res_flavor, _ = by.flavor_map(cq, wl, combos[0], groups)
+                got = by.regular_usage(cq, wl, {}, res_flavor, with_devices=True)
+        return got
+
     def estimate(cq: ClusterQueueSpec, wl: WorkloadInfo) -> dict[FlavorResource, Fraction]:
         hit = est_cache.get(wl.fit_signature)
         if hit is not None and hit[0] is cq and hit[1] is snapshot.flavors:
+            if config.verify:  # against a derivation without any cache
+                checked(
+                    "CycleMemo.estimates",
+                    hit[2],
+                    lambda: derive_estimate(cq, wl, Assigner(flavors, placer)),
+                    f"ClusterQueue {cq.name}, workload {wl.key}",
+                )
             return hit[2]
-        got: dict[FlavorResource, Fraction] = {}
-        groups, err = assigner.relevant_groups(cq, wl)
-        if not err:
-            combos, err = assigner.combos(cq, wl, groups)
-            if not err and combos:
-                res_flavor, _ = assigner.flavor_map(cq, wl, combos[0], groups)
-                got = assigner.regular_usage(cq, wl, {}, res_flavor, with_devices=True)
+        got = derive_estimate(cq, wl, assigner)
         est_cache[wl.fit_signature] = (cq, snapshot.flavors, got)
         return got
 
@@ -595,6 +609,14 @@ def run_cycle(
             if entry is None:
                 pool = [c for c in pool_by_root.get(root, ()) if c.key not in taken]
                 entry = cohort_states[root] = (pool, plan_memo.state(tree, root, pool))
+            elif config.verify:  # the kept pool and state are what they would be built afresh
+                fresh = [c for c in pool_by_root.get(root, ()) if c.key not in taken]
+                checked(
+                    "run_cycle cohort state (pool, CohortState)",
+                    ([c.key for c in entry[0]], entry[1].id),
+                    lambda f=fresh, r=root: ([c.key for c in f], plan_memo.state(tree, r, f).id),  # type: ignore[misc]
+                    f"cohort tree {root}",
+                )
             pool, cohort = entry
             plan = plan_preemption(
                 wl,

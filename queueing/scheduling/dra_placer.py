@@ -21,6 +21,10 @@ as it is with everything admitted or planned so far. :class:`DraPlacer` answers 
   instead: the same placement, plan and charges, without the gang's pods, claims and per-claim
   charges; when it cannot tell (the search would backtrack, a failure to explain, ...) the general
   path above decides.
+* Before either path a necessary condition (``_quick_miss``: enough free devices per node for
+  what each pod needs at least) may reject the gang at once. With ``verify=True`` (verify mode,
+  ``queueing.dra.verify``) every such fast path and cache also runs the general path and raises
+  ``VerifyError`` on a difference.
 * On failure the :class:`~queueing.scheduling.placer.PlacementFailure` message is the gang
   allocator's explanation: which pod (and claim/request) could not be placed, its best node and how
   short it is. Input errors that abort allocation (unknown template, CEL error, ...) are failures
@@ -92,9 +96,11 @@ from queueing.dra.gang import (
 )
 from queueing.dra.gang import _pod_requests as pod_requests  # one definition of a pod's requests
 from queueing.dra.inventory import Pick
+from queueing.dra.verify import VerifyError, picks_value
 from queueing.scheduling.placer import Placement, PlacementFailure
 from queueing.scheduling.reasons import Part, PodClaimRef, PodRef, Why, pod_name
 from queueing.scheduling.snapshot import AdmittedWorkload, FlavorSpec, Toleration, WorkloadInfo
+from queueing.scheduling.verify import placement_value
 
 __all__ = [
     "ClaimRef",
@@ -210,6 +216,31 @@ class DraPlan:
     unowned: tuple[str, ...] = ()  # claims used across workloads: charged to none (to report)
     # (driver, pool, device) -> DeviceClass it was allocated through (devices this plan allocated)
     device_classes: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
+
+    def value(self) -> tuple[object, ...]:
+        """The plan as a value (plans compare by identity; verify mode compares them by this)."""
+        return (
+            tuple(
+                (
+                    p.pod_set,
+                    p.index,
+                    p.pod,
+                    p.node,
+                    picks_value(p.picks),
+                    p.shared,
+                    tuple(
+                        (k, picks_value(c.picks) if isinstance(c, ClaimAllocation) else c.key)
+                        for k, c in p.shared_new
+                    ),
+                    p.node_resources,
+                    p.claims,
+                    p.extended_mappings,
+                )
+                for p in self.pods
+            ),
+            self.unowned,
+            tuple(sorted(self.device_classes.items())),
+        )
 
 
 @dataclass(frozen=True)
@@ -416,12 +447,12 @@ class _PlanInfo:
     plan: DraPlan
     totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]  # node's used, its additions
     picks: tuple[Pick, ...]  # the pods' own picks, pod by pod
-    taken: tuple[tuple[str, int], ...]  # node -> picks that ``_count_taken`` counts there
+    taken: tuple[tuple[str, int], ...]  # node -> its picks ``_counted`` (the nodes whose counts change)
     shared: bool  # a pod uses or allocates a shared claim (then applied pod by pod)
 
 
 def _counted(p: Pick) -> bool:
-    """Whether a pick counts in ``DraPlacer._taken_by_node``: an exclusive node-local device."""
+    """Whether a pick may change ``Usage.node_taken``: an exclusive node-local device."""
     return not p.admin_access and not p.device.multi and p.device.node_name is not None
 
 
@@ -449,9 +480,14 @@ class DraPlacer:
         cache: SelectorCache | None = None,
         max_node_checks: int | None = None,
         previous: DraPlacer | None = None,
+        verify: bool = False,
     ) -> None:
         """``previous``: a placer of an earlier view of the cluster: what its ClusterState built from
-        the same objects is taken over (see ``queueing.dra.gang.ClusterState``)."""
+        the same objects is taken over (see ``queueing.dra.gang.ClusterState``). ``verify``: verify
+        mode (``queueing.dra.verify``): ``_quick_miss``, ``place_simple``, the free-device counts and
+        the pods cache are checked against the general computation, and the allocator's greedy paths
+        against its search; a difference raises ``VerifyError``."""
+        self.verify = verify
         self.cluster: ClusterState = ClusterState(
             nodes,
             slices,
@@ -462,6 +498,7 @@ class DraPlacer:
             features=features,
             cache=cache if cache is not None else SelectorCache(),  # an empty one is falsy (len)
             previous=previous.cluster if previous is not None else None,
+            verify=verify,
         )
         self.max_node_checks = max_node_checks
         self._base_claims: dict[str, ResourceClaim] = dict(self.cluster.claims)
@@ -472,17 +509,11 @@ class DraPlacer:
         self._pods_cache: OrderedDict[tuple[object, ...], _Pods] = OrderedDict()
         self._resolved: dict[RecordedPlan, DraPlan] = {}
         self._specs: dict[tuple[object, ...], PodSpec] = {}  # see ``_spec``
-        self._taken_by_node: dict[str, int] = {}
-        # devices the claims of ``_base_claims`` take, with how many of them take each (kept in step
-        # by ``set_claim``; ``_taken_by_node`` counts each of them once, as built here)
-        self._base_devices: dict[tuple[str, str, str], int] = dict(self.cluster.usage.devices)
-        for key, cnt in self.cluster.usage.devices.items():
-            dev = self.cluster.inventory.devices.get(key)
-            if cnt > 0 and dev is not None and dev.node_name is not None:
-                self._taken_by_node[dev.node_name] = self._taken_by_node.get(dev.node_name, 0) + 1
         self._free: _FreeCounts | None = None  # built on first use, then kept in step
         self._plan_info: dict[int, _PlanInfo] = {}  # id(plan) -> see ``_info``
-        self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str]] = {}
+        self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str, tuple[str, ...]]] = {}
+        # DeviceClass names -> nodes (cluster order) that have devices of every one of them
+        self._class_nodes: dict[tuple[str, ...], frozenset[str]] = {}
         # (claim name, (request, device) picked) -> plan of a pod's claim (see ``_planned``)
         self._planned_cache: dict[tuple[str, tuple[tuple[str, tuple[str, str, str]], ...]], PlannedClaim] = {}
         self._unit_cache: (
@@ -524,20 +555,7 @@ class DraPlacer:
             cs.usage.take_all(picks)
         else:
             cs.usage.give_back_all(picks)
-        base = self._base_devices
-        for p in picks:
-            if p.admin_access or p.device.multi:
-                continue  # not counted in ``Usage.devices``
-            k = p.device.key
-            n = base.get(k, 0) + sign
-            if n > 0:
-                base[k] = n
-            else:
-                base.pop(k, None)
-            if (n == 1 and sign > 0) or (n == 0 and sign < 0):
-                dev = cs.inventory.devices.get(k)
-                if dev is not None and dev.node_name is not None:
-                    self._count_nodes(((dev.node_name, 1),), sign)
+        self._count_taken(picks)
 
     def set_pod(self, key: str, pod: Pod | None) -> None:
         """A pod not managed by queueing added, changed or gone, in place (its node's resources)."""
@@ -596,10 +614,33 @@ class DraPlacer:
         self.sync(state)
         quick = self._quick_miss(workload, req, counts)
         if quick is not None:
+            if self.verify:
+                general = self._place_gang(workload, req, counts, flavors)
+                if isinstance(general, Placement):
+                    raise VerifyError(
+                        "DraPlacer._quick_miss", quick, placement_value(general), f"workload {workload.key}"
+                    )
             return PlacementFailure(quick)
         simple = self._place_simple(workload, groups)
         if simple is not None:
+            if self.verify:
+                general = self._place_gang(workload, req, counts, flavors)
+                fast, want = placement_value(simple), placement_value(general)
+                if fast != want:
+                    raise VerifyError(
+                        "DraPlacer._place_simple (place_simple)", fast, want, f"workload {workload.key}"
+                    )
             return simple
+        return self._place_gang(workload, req, counts, flavors)
+
+    def _place_gang(
+        self,
+        workload: WorkloadInfo,
+        req: DraRequest,
+        counts: Mapping[str, int],
+        flavors: Mapping[str, Sequence[FlavorSpec]],
+    ) -> Placement | PlacementFailure:
+        """``place``'s general path: the gang's pods placed by :func:`place_gang` (the state synced)."""
         try:
             pods, slots = self._pods(workload, req, counts, flavors)
         except AllocationError as e:
@@ -845,57 +886,70 @@ class DraPlacer:
 
     # ---- a cheap necessary condition before the search ----------------------------------------
     def _free_counts(self) -> _FreeCounts:
-        """Upper bound of free exclusive devices per node, kept in step by ``_count_taken``."""
+        """Upper bound of free exclusive devices per node, kept in step by ``_count_taken``: the
+        devices reachable from the node minus its node-local devices taken (``Usage.node_taken``
+        counts devices, not picks: a device held by two plans is taken once)."""
         if self._free is None:
-            cs = self.cluster
-            names = [n.name for n in cs.nodes]
-            fc = _FreeCounts(names=names, by_length=sorted(names, key=len))
-            for n in cs.nodes:
-                devs = cs.inventory.devices_on(n)
-                if any(d.multi for d in devs):
-                    fc.unbounded += 1
-                    continue
-                slot = fc.caps.get(n.name)
-                fc.caps[n.name] = (len(devs), slot[1] + 1 if slot is not None else 1)
-            taken = self._taken_by_node
-            for name, (cap, mult) in fc.caps.items():
-                v = max(0, cap - taken.get(name, 0))
-                fc.by_name[name] = v
-                fc.hist[v] = fc.hist.get(v, 0) + mult
-            self._free = fc
+            self._free = self._build_free_counts()
+        elif self.verify:
+            kept, fresh = self._free, self._build_free_counts()
+            a = (kept.by_name, {v: c for v, c in kept.hist.items() if c}, kept.unbounded)
+            b = (fresh.by_name, {v: c for v, c in fresh.hist.items() if c}, fresh.unbounded)
+            if a != b:
+                raise VerifyError("DraPlacer._free_counts (_FreeCounts)", a, b)
         return self._free
 
-    def _count_taken(self, picks: Sequence[Pick], sign: int) -> None:
-        taken = self._taken_by_node
+    def _build_free_counts(self) -> _FreeCounts:
+        cs = self.cluster
+        names = [n.name for n in cs.nodes]
+        fc = _FreeCounts(names=names, by_length=sorted(names, key=len))
+        for n in cs.nodes:
+            devs = cs.inventory.devices_on(n)
+            if any(d.multi for d in devs):
+                fc.unbounded += 1
+                continue
+            slot = fc.caps.get(n.name)
+            fc.caps[n.name] = (len(devs), slot[1] + 1 if slot is not None else 1)
+        taken = cs.usage.node_taken
+        for name, (cap, mult) in fc.caps.items():
+            v = max(0, cap - taken.get(name, 0))
+            fc.by_name[name] = v
+            fc.hist[v] = fc.hist.get(v, 0) + mult
+        return fc
+
+    def _count_taken(self, picks: Sequence[Pick]) -> None:
+        """Bring the free counts of the nodes of these picks (taken or given back) in step."""
         fc = self._free
+        if fc is None:
+            return
+        taken = self.cluster.usage.node_taken
         for p in picks:
             if _counted(p):
                 name = p.device.node_name
                 assert name is not None
-                t = taken.get(name, 0) + sign
-                taken[name] = t
-                if fc is not None:
-                    fc.update(name, t)
+                fc.update(name, taken.get(name, 0))
 
-    def _count_nodes(self, per_node: Sequence[tuple[str, int]], sign: int) -> None:
+    def _count_nodes(self, per_node: Sequence[tuple[str, int]]) -> None:
         """``_count_taken`` for picks counted per node (``_PlanInfo.taken``)."""
-        taken = self._taken_by_node
         fc = self._free
-        for name, n in per_node:
-            t = taken.get(name, 0) + sign * n
-            taken[name] = t
-            if fc is not None:
-                fc.update(name, t)
+        if fc is None:
+            return
+        taken = self.cluster.usage.node_taken
+        for name, _ in per_node:
+            fc.update(name, taken.get(name, 0))
 
-    def _demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str]:
-        """Devices each pod of the pod set needs at least (ExactCount requests of its per-pod claims
-        and extended resources backed by DRA), and the claim asking for most (for messages)."""
+    def _demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str, tuple[str, ...]]:
+        """Devices each pod of the pod set needs at least on any node (ExactCount requests of its
+        per-pod claims, and extended resources backed by DRA that no node publishes in allocatable:
+        a node that publishes one serves it through its device plugin, with no device of ours), the
+        claim asking for most (for messages) and the DeviceClasses counted."""
         key = (namespace, dps.name, id(dps))
         hit = self._demand_cache.get(key)
         if hit is not None and hit[0] is dps:
-            return hit[1], hit[2]
+            return hit[1], hit[2], hit[3]
         cs = self.cluster
         total, most, what = 0, 0, ""
+        counted: set[str] = set()
         refs = dps.claims or tuple(
             ClaimRef(c.name, c.resource_claim_name, c.resource_claim_template_name)
             for c in dps.template.spec.resource_claims or []
@@ -918,6 +972,7 @@ class DraPlacer:
                     n += e.count or 1
                     classes.append(e.device_class_name)
             total += n
+            counted.update(classes)
             if n > most:
                 most, what = n, f"claim {ref.name}: {n} x {', '.join(sorted(set(classes)))}"
         if cs.extended_classes:
@@ -926,21 +981,39 @@ class DraPlacer:
                 ext = pod_extended_requests(pod, cs.extended_classes)
             except AllocationError:
                 ext = {}
+            published = {r for cap in cs.allocatable if cap for r, v in cap.items() if v}
             for res, n in sorted(ext.items()):
+                if res in published:
+                    continue  # served by a device plugin there: no device of ours needed
                 total += n
+                counted.add(cs.extended_classes[res])
                 if n > most:
                     most, what = n, f"extended resource {res}: {n} x {cs.extended_classes[res]}"
-        self._demand_cache[key] = (dps, total, what)
-        return total, what
+        classes_out = tuple(sorted(counted))
+        self._demand_cache[key] = (dps, total, what, classes_out)
+        return total, what, classes_out
+
+    def _with_classes(self, classes: tuple[str, ...]) -> frozenset[str]:
+        """Nodes that have devices of every one of these DeviceClasses (computed once per set)."""
+        got = self._class_nodes.get(classes)
+        if got is None:
+            alloc = self.cluster.allocator
+            got = self._class_nodes[classes] = frozenset(
+                n.name for n in self.cluster.nodes if all(alloc.devices_in_class(c, n) for c in classes)
+            )
+        return got
 
     def _quick_miss(self, workload: WorkloadInfo, req: DraRequest, counts: Mapping[str, int]) -> str | None:
+        """A necessary condition before any search: whether each pod set's pods can have the devices
+        they need at least (``_demand``) on the nodes' free devices (``_free_counts``, an upper
+        bound); a message when not (the gang cannot fit), else None (the search decides)."""
         free: _FreeCounts | None = None
         for ps in workload.pod_sets:
             n = counts.get(ps.name, ps.count)
             dps = req.pod_set(ps.name)
             if not n or dps is None:
                 continue
-            k, what = self._demand(workload.namespace, dps)
+            k, what, classes = self._demand(workload.namespace, dps)
             if not k:
                 continue
             if free is None:
@@ -952,10 +1025,16 @@ class DraPlacer:
                 continue
             if not free.names:
                 return f"pod set {ps.name}: {n} pods x {k} devices needed ({what}), no node to place them on"
-            have = max(v for v, c in free.hist.items() if c)
             by_name = free.by_name
-            # the first node (cluster order) with most free devices, of the shortest name
-            best = next(nm for nm in free.by_length if by_name[nm] == have)
+            # the node with most free devices among those with devices of the classes (any node
+            # when none has): of the shortest name, the first in cluster order among names as long
+            with_class = self._with_classes(classes)
+            if not with_class or len(with_class) == len(by_name):
+                have = max(v for v, c in free.hist.items() if c)
+                best = next(nm for nm in free.by_length if by_name[nm] == have)
+            else:
+                have = max(by_name[nm] for nm in with_class)
+                best = next(nm for nm in free.by_length if by_name[nm] == have and nm in with_class)
             return (
                 f"pod set {ps.name}: {n} pods x {k} devices needed ({what}), at most {fit} fit; "
                 f"best node {best} has {have} free ({max(0, k - have)} short)"
@@ -1108,12 +1187,12 @@ class DraPlacer:
                 )
         if not info.shared:
             cs.usage.take_all(info.picks)
-            self._count_nodes(info.taken, 1)
+            self._count_nodes(info.taken)
             return
         for pp in plan.pods:
             for p in pp.picks:
                 cs.usage.take(p)
-            self._count_taken(pp.picks, 1)
+            self._count_taken(pp.picks)
             for skey, c in pp.shared_new:
                 if skey in self._shared_ours or self._base_allocated(skey):
                     continue
@@ -1121,7 +1200,7 @@ class DraPlacer:
                 picks = tuple(c.picks) if isinstance(c, ClaimAllocation) else tuple(cs.inventory.picks_of(c))
                 for p in picks:
                     cs.usage.take(p)
-                self._count_taken(picks, 1)
+                self._count_taken(picks)
                 cs.claims[skey] = claim
                 self._shared_ours[skey] = picks
             for skey in set(pp.shared):
@@ -1141,12 +1220,12 @@ class DraPlacer:
                 )
         if not info.shared:
             cs.usage.give_back_all(info.picks)
-            self._count_nodes(info.taken, -1)
+            self._count_nodes(info.taken)
             return
         for pp in plan.pods:
             for p in pp.picks:
                 cs.usage.give_back(p)
-            self._count_taken(pp.picks, -1)
+            self._count_taken(pp.picks)
             for skey in set(pp.shared):
                 n = self._shared_users.get(skey, 0) - 1
                 if n > 0:
@@ -1157,7 +1236,7 @@ class DraPlacer:
                 if picks is not None:
                     for p in picks:
                         cs.usage.give_back(p)
-                    self._count_taken(picks, -1)
+                    self._count_taken(picks)
                     base = self._base_claims.get(skey)
                     if base is not None:
                         cs.claims[skey] = base
@@ -1189,17 +1268,37 @@ class DraPlacer:
         counts: Mapping[str, int],
         flavors: Mapping[str, Sequence[FlavorSpec]],
     ) -> _Pods:
-        """The workload's pods (pod sets in order) and per pod key the pod, its pod set and index."""
+        """The workload's pods (pod sets in order) and per pod key the pod, its pod set and index;
+        kept per workload, request, counts and the flavors' contents (names, node labels and
+        tolerations: what ``_spec`` reads of them)."""
         ck = (
             workload.key,
             req.signature,
             tuple(sorted(counts.items())),
-            tuple((k, tuple(f.name for f in v)) for k, v in sorted(flavors.items())),
+            tuple((k, _flavors_key(v)) for k, v in sorted(flavors.items())),
         )
         hit = self._pods_cache.get(ck)
         if hit is not None:
             self._pods_cache.move_to_end(ck)  # least recently used first out
+            if self.verify:
+                fresh = self._build_pods(workload, req, counts, flavors)
+                a = [(p.key, p.to_dict()) for p in hit[0]]
+                b = [(p.key, p.to_dict()) for p in fresh[0]]
+                if a != b or hit[1].keys() != fresh[1].keys():
+                    raise VerifyError("DraPlacer._pods (pods cache)", a, b, f"workload {workload.key}")
             return hit
+        while len(self._pods_cache) >= 8192:
+            self._pods_cache.popitem(last=False)
+        out = self._pods_cache[ck] = self._build_pods(workload, req, counts, flavors)
+        return out
+
+    def _build_pods(
+        self,
+        workload: WorkloadInfo,
+        req: DraRequest,
+        counts: Mapping[str, int],
+        flavors: Mapping[str, Sequence[FlavorSpec]],
+    ) -> _Pods:
         pods: list[Pod] = []
         slots: dict[str, tuple[Pod, str, int]] = {}
         for ps in workload.pod_sets:
@@ -1222,25 +1321,22 @@ class DraPlacer:
                 )
                 pods.append(pod)
                 slots[pod.key] = (pod, ps.name, i)
-        while len(self._pods_cache) >= 8192:
-            self._pods_cache.popitem(last=False)
-        out = self._pods_cache[ck] = (pods, slots)
-        return out
+        return pods, slots
 
     def _spec(self, req: DraRequest, dps: DraPodSet, flavors: Sequence[FlavorSpec]) -> PodSpec:
         """The pods' spec for a pod set and its flavors: one object per content (the request's
         signature covers the pod set), so what placement derives from a spec is shared between
         workloads of the same shape."""
-        key = (
-            req.signature,
-            dps.name,
-            tuple((f.name, tuple(sorted(f.node_labels.items())), f.tolerations) for f in flavors),
-        )
+        key = (req.signature, dps.name, _flavors_key(flavors))
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) >= 4096:
                 self._specs.clear()
             spec = self._specs[key] = _pod_spec(dps, flavors)
+        elif self.verify:
+            fresh = _pod_spec(dps, flavors)
+            if spec != fresh:
+                raise VerifyError("DraPlacer._spec (specs cache)", spec, fresh, f"pod set {dps.name}")
         return spec
 
     def _resolve(self, workload: WorkloadInfo, rec: RecordedPlan) -> DraPlan:
@@ -1370,6 +1466,11 @@ def _failure(
         (("short", best.short_by),) if best is not None and best.short_by else (),
     )
     return PlacementFailure(why.render(), why)
+
+
+def _flavors_key(flavors: Sequence[FlavorSpec]) -> tuple[object, ...]:
+    """What a pod spec depends on of the flavors assigned to its pod set (see ``_pod_spec``)."""
+    return tuple((f.name, tuple(sorted(f.node_labels.items())), f.tolerations) for f in flavors)
 
 
 def _pod_spec(dps: DraPodSet, flavors: Sequence[FlavorSpec]) -> PodSpec:

@@ -56,6 +56,7 @@ from queueing.scheduling.fairshare import ShareKey, extra_units, share_units
 from queueing.scheduling.placer import Placer
 from queueing.scheduling.quota import SCALE, QuotaTree, cq_id, to_units
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterQueueSpec, FlavorResource, WorkloadInfo
+from queueing.scheduling.verify import checked
 
 __all__ = ["CohortState", "PlanMemo", "PreemptionPlan", "Victim", "plan_preemption"]
 
@@ -487,17 +488,29 @@ def plan_preemption(
 
     With ``memo`` (bound to the objects this call uses, see :class:`PlanMemo`) and ``cohort``
     (``memo.state(tree, <root of cq>, admitted)`` of this very tree and ``admitted``) a question
-    that failed before without a placement is answered at once."""
+    that failed before without a placement is answered at once.
+
+    With ``config.verify`` every answer the memo (a remembered failure, the shares it keeps, the
+    cohort state's prepared candidates) gave is checked against the plan made without it."""
+
+    def general() -> PreemptionPlan | None:
+        return _plan_preemption(wl, cq, counts, combos, tree, state, admitted, assigner, placer, config)[0]
+
+    where = f"preemptor {wl.key}, ClusterQueue {cq.name}"
     key: Hashable = None
     if memo is not None and cohort is not None and wl.key not in cohort.keys:
         key = memo.key(cohort, wl, cq, counts, combos)
         if key in memo.failed:
+            if config.verify:
+                checked("PlanMemo (a remembered failure)", None, general, where)
             return None
     shared = memo.shares(cohort) if memo is not None and cohort is not None else None
     prepared = cohort.prepared(admitted) if cohort is not None else None
     plan, ctx = _plan_preemption(
         wl, cq, counts, combos, tree, state, admitted, assigner, placer, config, shared, prepared
     )
+    if config.verify and (shared is not None or prepared is not None):
+        checked("PlanMemo (shares, prepared candidates)", plan, general, where)
     if plan is None and memo is not None and key is not None and (ctx is None or not ctx.placed):
         memo.remember(key)
     return plan

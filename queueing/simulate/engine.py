@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ from queueing.scheduling.dra_placer import DraPlacer, DraState
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
 from queueing.simulate.scenario import Scenario, SimJob
+from queueing.verify import verify_from_env
 
 __all__ = ["QueueSummary", "Sample", "SimEvent", "SimResult", "Simulation", "Summary"]
 
@@ -260,12 +262,17 @@ class Simulation:
         placer: DraPlacer | None = None,
         progress: ProgressFn | None = None,
         max_cycles_at_same_time: int = 50,
+        verify: bool | None = None,
     ) -> None:
+        """``verify``: verify mode (see ``queueing.verify``; None: from ``QUEUEING_VERIFY``)."""
         self.sc = scenario
+        self.verify = verify_from_env(os.environ) if verify is None else verify
         self.config = config or SchedulingConfig()
+        if self.verify and not self.config.verify:
+            self.config = self.config.model_copy(update={"verify": True})
         # the cluster cache the controller keeps, fed from the scenario's objects (its cluster is
         # static: one placer for the whole run)
-        self.cache = ClusterCache()
+        self.cache = ClusterCache(verify=self.verify)
         self.cache.add_all(
             [
                 *scenario.nodes,

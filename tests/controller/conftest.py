@@ -231,9 +231,10 @@ class Harness:
 
     async def start(self) -> Controller:
         self._api = api_client_for_url(self.emu.url, token=CONTROLLER_TOKEN)
-        self.controller = Controller(
-            KubeClient(self._api, timeout=5.0), self.ledger, self.config, **self.controller_kwargs
-        )
+        # in verify mode (queueing.verify): the cores' fast paths are checked against the general
+        # computation, and a difference stops the controller's loop
+        kwargs = {"verify": True, **self.controller_kwargs}
+        self.controller = Controller(KubeClient(self._api, timeout=5.0), self.ledger, self.config, **kwargs)
         await self.controller.start()
         return self.controller
 

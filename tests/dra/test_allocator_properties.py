@@ -275,7 +275,7 @@ def check(devs: list[Dev], total: int, claims: list[Claim], q: str = "none") -> 
     """The allocator on the world agrees with ``brute_force``, and what it allocates is valid."""
     slices, in_use = world(devs, total, q)
     inv = Inventory(slices)
-    alloc = Allocator(inv, [CLASS], cache=SelectorCache(COMPILER))
+    alloc = Allocator(inv, [CLASS], cache=SelectorCache(COMPILER), verify=True)
     usage = inv.usage(in_use)
     before = (dict(usage.devices), dict(usage.counters))
     expected = brute_force(devs, total, claims, q)
@@ -401,12 +401,13 @@ def test_greedy_path_is_the_general_search(
     devs: list[Dev], total: int, claims: list[Claim], max_steps: int
 ) -> None:
     """``allocate_on`` answers exactly as the general depth-first search alone: the same devices per
-    claim, the same usage afterwards, the same step-bound hits (small bounds included)."""
+    claim, the same usage afterwards, the same step-bound hits (small bounds included); and so does
+    it in verify mode (which raises where the greedy path differs from the search)."""
     slices, in_use = world(devs, total)
     outs = []
-    for cls in (Allocator, _GeneralOnly):
+    for cls, verify in ((Allocator, False), (_GeneralOnly, False), (Allocator, True)):
         inv = Inventory(slices)
-        alloc = cls(inv, [CLASS], cache=SelectorCache(COMPILER), max_steps=max_steps)
+        alloc = cls(inv, [CLASS], cache=SelectorCache(COMPILER), max_steps=max_steps, verify=verify)
         usage = inv.usage(in_use)
         got = alloc.allocate_on(alloc.prepare(to_claims(claims)), NODE, usage, explain=True)
         if isinstance(got, tuple):
@@ -415,7 +416,7 @@ def test_greedy_path_is_the_general_search(
             assert got is not None
             answer = (got.bound_hit, got.claim, got.request, got.detail)
         outs.append((answer, dict(usage.devices), dict(usage.counters), usage.epoch))
-    assert outs[0] == outs[1]
+    assert outs[0] == outs[1] == outs[2]
 
 
 # ---------------------------------------------------------------- consumable capacity
@@ -490,7 +491,9 @@ def test_shared_capacity_never_overcommitted(
         for j, (n, bw) in enumerate(asks)
     ]
     inv = Inventory([s])
-    out = Allocator(inv, [NIC], cache=SelectorCache(COMPILER)).allocate(claims, [NODE], inv.usage(in_use))
+    out = Allocator(inv, [NIC], cache=SelectorCache(COMPILER), verify=True).allocate(
+        claims, [NODE], inv.usage(in_use)
+    )
 
     free0 = [c - u for c, u in caps]
 

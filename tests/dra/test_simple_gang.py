@@ -383,10 +383,12 @@ def outcome(pl: Placement | PlacementFailure) -> object:
     )
 
 
-def run_placer(seed: int) -> tuple[list[object], int]:
+def run_placer(seed: int, verify: bool = False) -> tuple[list[object], int]:
     rng = random.Random(seed)
     nodes, slices, classes = cluster(rng)
-    placer = DraPlacer(nodes, slices, classes, claims=[shared_claim("common")], templates=templates())
+    placer = DraPlacer(
+        nodes, slices, classes, claims=[shared_claim("common")], templates=templates(), verify=verify
+    )
     shapes = [
         [
             (f"ps{j}", rng.randint(1, 4), spec(rng, claim_choice(rng, simple_only=rng.random() < 0.7)))
@@ -433,10 +435,25 @@ def test_placer_fast_path_equals_general_path(seed: int, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(dra_placer, "place_simple", counting)
     fast, _ = run_placer(seed)
+    assert calls[0] > 0
+    # the general path alone: neither the check before the search nor ``place_simple``
     monkeypatch.setattr(dra_placer, "place_simple", lambda *a, **k: None)
+    monkeypatch.setattr(DraPlacer, "_quick_miss", lambda *a, **k: None)
     slow, _ = run_placer(seed)
-    assert fast == slow
+    assert [fast_or_miss(x) for x in fast] == [fast_or_miss(x) for x in slow]
     return None
+
+
+def fast_or_miss(out: object) -> object:
+    """A placement as it is; a failure as a failure (``_quick_miss`` says why in its own words)."""
+    return "does not fit" if isinstance(out, str) else out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_placer_in_verify_mode_answers_as_without(seed: int) -> None:
+    """Verify mode runs the general path beside every fast one (raising on a difference) and
+    changes no answer."""
+    assert run_placer(seed, verify=True)[0] == run_placer(seed)[0]
 
 
 def test_charges_are_fractions() -> None:
@@ -565,7 +582,8 @@ def test_charges_sum_as_pick_by_pick(seed: int) -> None:
 def test_greedy_fill_is_allocate_on_in_a_row(seed: int) -> None:
     rng = random.Random(seed)
     nodes, slices, classes = cluster(rng)
-    states = [ClusterState(nodes, slices, classes, templates=templates()) for _ in range(2)]
+    # the second in verify mode: greedy_fill checks itself against allocate_on in a row as well
+    states = [ClusterState(nodes, slices, classes, templates=templates(), verify=v) for v in (False, True)]
     busy = [rng.random() < 0.25 for _ in states[0].inventory.devices]
     for st in states:
         for d, b in zip(sorted(st.inventory.devices.values(), key=lambda d: d.order), busy, strict=True):

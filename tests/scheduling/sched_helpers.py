@@ -147,7 +147,8 @@ class Driver:
     device_seconds: dict[str, float] = field(default_factory=dict)
     results: list[CycleResult] = field(default_factory=list)
     # when set: kept in step with ``pending`` (changed, not rebuilt) and every cycle is run a second
-    # time from it (with a memo kept across cycles), which must give the same result
+    # time from it (with a memo kept across cycles, in verify mode: every memo and cache answer is
+    # checked against the general computation), which must give the same result
     backlog: Backlog | None = None
     memo: CycleMemo = field(default_factory=CycleMemo)  # used by the second run
 
@@ -175,7 +176,7 @@ class Driver:
                 replace(snap, pending=(), backlog=self.backlog),
                 self.placer,
                 self.now,
-                self.config,
+                self.config.model_copy(update={"verify": True}),
                 memo=self.memo,
             )
             assert again.admissions == res.admissions

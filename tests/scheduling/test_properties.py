@@ -68,7 +68,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Driver, list[ClusterQueueSpec], list[Coh
             )
         )
     fair = draw(st.booleans())
-    cfg = SchedulingConfig(fair_sharing=FairSharingConfig(enable=fair))
+    cfg = SchedulingConfig(fair_sharing=FairSharingConfig(enable=fair), verify=True)
     base = snapshot(cqs, [lq(f"lq{i}", f"cq{i}") for i in range(n_cq)], cohorts=cohorts)
     d = Driver(base, CountingPlacer(nodes(n_nodes)), config=cfg, backlog=Backlog())
     n_wl = draw(st.integers(1, 14))
