@@ -909,10 +909,14 @@ class _Gang:
         pod = ObjRef("Pod", stuck.key)
         if not misses:
             return GangExplanation.of(stuck.key, ("pod ", pod, ": no nodes"), None, self.checks, bound_hit)
-        # the closest node; among device misses one that has devices of the request's class
+        # the closest node, among those with devices of the classes the pod asks for when one has
+        # them; among device misses one that has devices of the request's class
+        classes = _classes(stuck)
+        with_class = {i for i in range(len(self.state.nodes)) if self._has_classes(classes, i)}
         best = min(
             misses,
             key=lambda m: (
+                self.state.node_index[m.node] not in with_class if with_class else False,
                 _KIND_RANK[m.kind],
                 1 if m.in_class == 0 else 0,
                 m.short_by,
