@@ -1,15 +1,17 @@
 """Admission benchmark: Kueue's published baseline shape, in virtual time, through ``queueing simulate``'s
 engine with the real DRA placer.
 
-    python bench/admission.py [--shape baseline|large] [--no-fair-sharing] [--backoff SECONDS]
+    python bench/admission.py [--shape baseline|large] [--no-fair-sharing] [--backoff SECONDS] [--copies] [--hash]
 
 Shape ``baseline`` (Kueue test/performance/scheduler/configs/baseline): 5 cohorts x 6 ClusterQueues,
 each nominalQuota 20 GPUs, borrowingLimit 100, ``reclaimWithinCohort: Any``, ``withinClusterQueue:
 LowerPriority``; per ClusterQueue 350 small (1 unit, 200 ms, priority 50, one every 100 ms), 100
 medium (5 units, 500 ms, priority 100, every 500 ms), 50 large (20 units, 1 s, priority 200, every
 1.2 s) = 15,000 workloads. A unit is one GPU: a workload of n units is a gang of n 1-GPU pods (a
-ResourceClaimTemplate per pod). 75 nodes x 8 GPUs, each a ResourceSlice device of class
-``gpu.nvidia.com`` (CEL selector). Targets: <= 30 s wall, device utilisation >= 55.9 % (Kueue's
+ResourceClaimTemplate per pod). Every workload comes from its own Job (own name, uid, labels,
+annotations and command), defaulted as the API server does (``queueing.testing.defaults``);
+``--copies`` copies one Job's WorkloadInfo per ClusterQueue and size instead, as sessions 1-4 did.
+75 nodes x 8 GPUs, each a ResourceSlice device of class ``gpu.nvidia.com`` (CEL selector). Targets: <= 30 s wall, device utilisation >= 55.9 % (Kueue's
 measured mean for this shape).
 
 Shape ``large``: 1,000 ClusterQueues (200 cohorts x 5), 50 workloads each (35 small, 10 medium, 5
