@@ -1,15 +1,17 @@
 """Admission benchmark: Kueue's published baseline shape, in virtual time, through ``queueing simulate``'s
 engine with the real DRA placer.
 
-    python bench/admission.py [--shape baseline|large] [--no-fair-sharing] [--backoff SECONDS]
+    python bench/admission.py [--shape baseline|large] [--no-fair-sharing] [--backoff SECONDS] [--copies] [--hash]
 
 Shape ``baseline`` (Kueue test/performance/scheduler/configs/baseline): 5 cohorts x 6 ClusterQueues,
 each nominalQuota 20 GPUs, borrowingLimit 100, ``reclaimWithinCohort: Any``, ``withinClusterQueue:
 LowerPriority``; per ClusterQueue 350 small (1 unit, 200 ms, priority 50, one every 100 ms), 100
 medium (5 units, 500 ms, priority 100, every 500 ms), 50 large (20 units, 1 s, priority 200, every
 1.2 s) = 15,000 workloads. A unit is one GPU: a workload of n units is a gang of n 1-GPU pods (a
-ResourceClaimTemplate per pod). 75 nodes x 8 GPUs, each a ResourceSlice device of class
-``gpu.nvidia.com`` (CEL selector). Targets: <= 30 s wall, device utilisation >= 55.9 % (Kueue's
+ResourceClaimTemplate per pod). Every workload comes from its own Job (own name, uid, labels,
+annotations and command), defaulted as the API server does (``queueing.testing.defaults``);
+``--copies`` copies one Job's WorkloadInfo per ClusterQueue and size instead, as sessions 1-4 did.
+75 nodes x 8 GPUs, each a ResourceSlice device of class ``gpu.nvidia.com`` (CEL selector). Targets: <= 30 s wall, device utilisation >= 55.9 % (Kueue's
 measured mean for this shape).
 
 Shape ``large``: 1,000 ClusterQueues (200 cohorts x 5), 50 workloads each (35 small, 10 medium, 5
@@ -34,11 +36,14 @@ from typing import Any
 from queueing.api.base import KubeObject
 from queueing.api.core import Job
 from queueing.api.registry import parse_object
+from queueing.api.v1beta1 import Workload
 from queueing.scheduling.config import SchedulingConfig
 from queueing.scheduling.from_api import ApiContext, queue_specs, workload_info
 from queueing.scheduling.jobs import workload_for_job
+from queueing.scheduling.snapshot import WorkloadInfo
 from queueing.simulate.engine import Simulation
 from queueing.simulate.scenario import Scenario, SimJob
+from queueing.testing.defaults import default_job, generate_job_selector
 
 DRIVER = "gpu.nvidia.com"
 SIZES = {  # name: (units, duration s, priority, interval s, count per CQ in baseline)
@@ -155,31 +160,52 @@ def queues(cohorts: int, per_cohort: int) -> list[dict[str, Any]]:
     return docs
 
 
-def prototype_job(cq: str, size: str) -> dict[str, Any]:
+def user_job(name: str, cq: str, size: str, duration: float) -> dict[str, Any]:
+    """A Job as a user submits it (one per workload, with its own name)."""
     units = SIZES[size][0]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": f"{cq}-{size}",
+            "name": name,
             "namespace": "bench",
             "labels": {"queueing.dra.io/queue-name": cq, "queueing.dra.io/priority-class": size},
         },
         "spec": {
             "parallelism": units,
             "template": {
+                "metadata": {
+                    "labels": {"app": "bench", "size": size},
+                    "annotations": {"simulate.queueing.dra.io/duration": f"{duration:g}s"},
+                },
                 "spec": {
+                    "restartPolicy": "Never",
                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
                     "containers": [
-                        {"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}
+                        {
+                            "name": "main",
+                            "image": "registry.example/bench:1.0",
+                            "command": ["sleep", f"{duration:g}"],
+                            "resources": {"claims": [{"name": "gpu"}]},
+                        }
                     ],
-                }
+                },
             },
         },
     }
 
 
-def build(shape: str, fraction: float = 1.0) -> Scenario:
+def api_server_job(body: dict[str, Any], uid: str) -> Job:
+    """``body`` (changed in place) as the API server stores it: defaulted, with its uid and the labels and selector of
+    selector generation (``controller-uid``, ``job-name`` and their ``batch.kubernetes.io/`` forms)."""
+    body["metadata"]["uid"] = uid
+    return Job.model_validate(generate_job_selector(default_job(body)))
+
+
+def build(shape: str, fraction: float = 1.0, copies: bool = False) -> Scenario:
+    """The shape's cluster, queues and workloads: each workload from its own Job, defaulted as the
+    API server does (``copies``: as sessions 1-4 did, one Job per ClusterQueue and size whose
+    WorkloadInfo is copied under each workload's name)."""
     if shape == "baseline":
         cohorts, per_cohort, nodes, scale = 5, 6, 75, 1.0
     else:
@@ -199,16 +225,33 @@ def build(shape: str, fraction: float = 1.0) -> Scenario:
         elif kind == "ResourceClaimTemplate":
             sc.templates.append(o)  # type: ignore[arg-type]
     sc.queues = queue_specs(objs, ["bench"])
+    wpcs, pcs = ctx.workload_priority_classes, ctx.priority_classes
     for cq in sc.queues.cluster_queues:
         for size, (_, duration, _, interval, count) in SIZES.items():
-            job = Job.model_validate(prototype_job(cq.name, size))
-            wl = workload_for_job(job, ctx.workload_priority_classes, ctx.priority_classes)
-            assert wl is not None
-            proto = workload_info(wl, ctx)
+            proto: tuple[Workload, WorkloadInfo] | None = None
             for i in range(round(count * scale)):
                 arrival = round(i * interval, 3)
                 name = f"{cq.name}-{size}-{i}"
-                info = replace(proto, name=name, creation_time=arrival, uid=f"uid-{name}")
+                uid = f"uid-{name}"
+                if copies:
+                    if proto is None:
+                        wl0 = workload_for_job(
+                            api_server_job(user_job(f"{cq.name}-{size}", cq.name, size, duration), uid),
+                            wpcs,
+                            pcs,
+                        )
+                        assert wl0 is not None
+                        proto = (wl0, workload_info(wl0, ctx))
+                    wl, info = proto
+                else:
+                    got = workload_for_job(
+                        api_server_job(user_job(name, cq.name, size, duration), uid), wpcs, pcs
+                    )
+                    assert got is not None
+                    wl, info = got, workload_info(got, ctx)
+                # the names of sessions 1-4 (the controller would call the Workload job-<name>), so
+                # that ``--hash`` compares with theirs
+                info = replace(info, name=name, uid=uid, creation_time=arrival)
                 sc.jobs.append(SimJob(f"bench/{name}", "Job", wl, info, arrival, duration))
     sc.jobs.sort(key=lambda j: (j.arrival, j.key))
     return sc
@@ -228,6 +271,12 @@ def main() -> int:
         help="run only this fraction of each queue's workloads (profiling)",
     )
     ap.add_argument(
+        "--copies",
+        action="store_true",
+        help="build the workloads as sessions 1-4 did: one Job per ClusterQueue and size, its "
+        "WorkloadInfo copied under each workload's name (one fit signature per ClusterQueue and size)",
+    )
+    ap.add_argument(
         "--hash",
         action="store_true",
         help="also print a hash of all events and one of every admission's device plan (to check that a "
@@ -235,9 +284,9 @@ def main() -> int:
     )
     args = ap.parse_args()
     reference = reference_loop()
-    t0 = time.perf_counter()
-    sc = build(args.shape, args.fraction)
-    t_build = time.perf_counter() - t0
+    t0, c0 = time.perf_counter(), time.process_time()
+    sc = build(args.shape, args.fraction, args.copies)
+    t_build, c_build = time.perf_counter() - t0, time.process_time() - c0
     cfg = SchedulingConfig.from_dict(
         {
             "fairSharing": {"enable": not args.no_fair_sharing},
@@ -275,7 +324,9 @@ def main() -> int:
         f"{len(sc.nodes)} nodes x 8 GPUs; fair sharing {'off' if args.no_fair_sharing else 'on'}; backoff {args.backoff:g}s"
     )
     print(
-        f"build {t_build:.1f}s, simulation {t_run:.1f}s wall, {c_run:.1f}s CPU (total {t_build + t_run:.1f}s wall)"
+        f"build {t_build:.1f}s wall, {c_build:.1f}s CPU ({'copies of one Job per queue and size' if args.copies else 'one Job per workload'}, "
+        f"{len({j.info.fit_signature for j in sc.jobs})} fit signatures); simulation {t_run:.1f}s wall, "
+        f"{c_run:.1f}s CPU (total {t_build + t_run:.1f}s wall)"
     )
     print(
         f"virtual makespan {s.time:.1f}s, {s.cycles} cycles, {admissions} admissions, {evictions} evictions, "
@@ -294,6 +345,7 @@ def main() -> int:
         if age is not None
         else "process wall: unknown (needs /proc)"
     )
+    print(f"process CPU {time.process_time():.1f}s (wall above CPU: other processes shared the cores)")
     print(f"machine: reference loop {reference:.3f}s (fixed pure-Python work; compares machines and days)")
     return 0
 

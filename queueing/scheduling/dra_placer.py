@@ -54,7 +54,9 @@ from collections import OrderedDict
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from math import isqrt
+from typing import Any
 
 from queueing.api.base import ObjectMeta
 from queueing.api.core import (
@@ -115,6 +117,7 @@ __all__ = [
     "RecordedDevice",
     "RecordedPlan",
     "RecordedPod",
+    "placement_view",
     "pod_name",
 ]
 
@@ -129,17 +132,107 @@ class ClaimRef:
     resource_claim_template_name: str | None = None
 
 
+# What decides where a pod of a template may go (and what the placer copies into a plan), in the
+# wire form of a pod spec: ``placement_view`` keeps these and nothing else.
+PLACEMENT_SPEC_FIELDS = (
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "topologySpreadConstraints",
+    "resourceClaims",
+    "priority",
+    "priorityClassName",
+    "preemptionPolicy",
+    "overhead",
+    "resources",  # pod-level resources
+)
+# per container (and init container): its name (named in extended-resource mappings), requests,
+# limits and claims, and ``restartPolicy`` (an init container with ``Always`` is a sidecar)
+PLACEMENT_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+
+
+def _selected_keys(selector: object, out: set[str]) -> None:
+    """Label keys a LabelSelector (wire form) reads."""
+    if not isinstance(selector, dict):
+        return
+    out.update((selector.get("matchLabels") or {}).keys())
+    for e in selector.get("matchExpressions") or []:
+        if isinstance(e, dict) and isinstance(e.get("key"), str):
+            out.add(e["key"])
+
+
+def _pod_selector_keys(spec: Mapping[str, object]) -> set[str]:
+    """Keys of the pod's own labels that its selectors read: the label selectors and
+    ``matchLabelKeys`` / ``mismatchLabelKeys`` of pod (anti-)affinity terms and of topology spread
+    constraints (a workload's pods may select each other, so these labels decide placement)."""
+    keys: set[str] = set()
+    terms: list[object] = []
+    affinity = spec.get("affinity")
+    if isinstance(affinity, dict):
+        for kind in ("podAffinity", "podAntiAffinity"):
+            a = affinity.get(kind)
+            if not isinstance(a, dict):
+                continue
+            terms.extend(a.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+            for w in a.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+                if isinstance(w, dict):
+                    terms.append(w.get("podAffinityTerm"))
+    tsc = spec.get("topologySpreadConstraints")
+    terms.extend(tsc if isinstance(tsc, list) else [])
+    for t in terms:
+        if not isinstance(t, dict):
+            continue
+        _selected_keys(t.get("labelSelector"), keys)
+        for k in (*(t.get("matchLabelKeys") or ()), *(t.get("mismatchLabelKeys") or ())):
+            if isinstance(k, str):
+                keys.add(k)
+    return keys
+
+
+def placement_view(template: PodTemplateSpec) -> dict[str, Any]:
+    """The part of a pod template that decides fit and placement (wire form): the fields of
+    ``PLACEMENT_SPEC_FIELDS``, per container ``PLACEMENT_CONTAINER_FIELDS``, and of the labels only
+    those that the template's own selectors read (``_pod_selector_keys``). Labels and annotations
+    the API server or the Job controller add (``controller-uid``, ``job-name``,
+    ``batch.kubernetes.io/*``), images, commands and the rest do not decide placement: templates
+    that differ only there have one view."""
+    spec = template.spec.to_dict()
+    out: dict[str, Any] = {k: spec[k] for k in PLACEMENT_SPEC_FIELDS if spec.get(k) is not None}
+    for kind in ("initContainers", "containers"):
+        cs = spec.get(kind)
+        if cs:
+            out[kind] = [{k: c[k] for k in PLACEMENT_CONTAINER_FIELDS if c.get(k) is not None} for c in cs]
+    view: dict[str, Any] = {"spec": out}
+    keys = _pod_selector_keys(spec)
+    if keys:
+        labels = (template.metadata or {}).get("labels") or {}
+        kept = {k: v for k, v in labels.items() if k in keys}
+        if kept:
+            view["metadata"] = {"labels": kept}
+    return view
+
+
 @dataclass(frozen=True, eq=False)
 class DraPodSet:
     name: str
     template: PodTemplateSpec
     claims: tuple[ClaimRef, ...] = ()  # empty: the template's own spec.resourceClaims
 
+    @cached_property
+    def placement(self) -> PodTemplateSpec:
+        """The template as far as it decides placement (``placement_view``): what the placer builds
+        its pods from, so that pods shared between workloads of one signature carry nothing of
+        another workload."""
+        return PodTemplateSpec.model_validate(placement_view(self.template))
+
 
 @dataclass(frozen=True, eq=False)
 class DraRequest:
     """What :class:`DraPlacer` needs to place a workload: its namespace's pods per pod set.
-    Equal (and hashed) by content, so identical workloads share fit signatures."""
+    Equal (and hashed) by what decides placement (the pod sets' names, ``placement_view`` of
+    their templates and their claims), so workloads that differ only in labels, annotations or
+    images share fit signatures."""
 
     pod_sets: tuple[DraPodSet, ...]
     signature: str = field(default="", compare=False)
@@ -150,7 +243,7 @@ class DraRequest:
                 [
                     [
                         ps.name,
-                        ps.template.to_dict(),
+                        placement_view(ps.template),
                         [[c.name, c.resource_claim_name, c.resource_claim_template_name] for c in ps.claims],
                     ]
                     for ps in self.pod_sets
@@ -1307,7 +1400,8 @@ class DraPlacer:
                 continue
             n = counts.get(ps.name, ps.count)
             spec = self._spec(req, dps, flavors.get(ps.name, ()))
-            labels = dict((dps.template.metadata or {}).get("labels") or {})
+            # the labels that decide placement (the signature covers them), not the workload's others
+            labels = dict((dps.placement.metadata or {}).get("labels") or {})
             for i in range(n):
                 pod = Pod(
                     api_version="v1",
@@ -1325,8 +1419,9 @@ class DraPlacer:
 
     def _spec(self, req: DraRequest, dps: DraPodSet, flavors: Sequence[FlavorSpec]) -> PodSpec:
         """The pods' spec for a pod set and its flavors: one object per content (the request's
-        signature covers the pod set), so what placement derives from a spec is shared between
-        workloads of the same shape."""
+        signature covers the pod set's ``placement`` view, the spec is built from that view alone),
+        so what placement derives from a spec is shared between workloads of the same shape and
+        carries nothing of the workload that built it."""
         key = (req.signature, dps.name, _flavors_key(flavors))
         spec = self._specs.get(key)
         if spec is None:
@@ -1474,7 +1569,7 @@ def _flavors_key(flavors: Sequence[FlavorSpec]) -> tuple[object, ...]:
 
 
 def _pod_spec(dps: DraPodSet, flavors: Sequence[FlavorSpec]) -> PodSpec:
-    spec = dps.template.spec
+    spec = dps.placement.spec  # only what decides placement: shared by the signature's workloads
     update: dict[str, object] = {"node_name": None, "scheduling_gates": None}
     if dps.claims:
         update["resource_claims"] = [

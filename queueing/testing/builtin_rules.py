@@ -7,6 +7,8 @@ cluster would refuse is refused by the emulator too.
   while the pod still has scheduling gates — additions to ``nodeSelector`` and changes of ``affinity``
   (the "mutable scheduling directives" of gated pods). ``spec.nodeName`` is set through the
   ``pods/binding`` subresource only.
+* Job create and update: the template's ``restartPolicy`` is ``OnFailure`` or ``Never``
+  (``queueing.testing.defaults``, which also holds the Job defaulting and selector generation).
 * Job update: ``selector``, ``completions`` and ``completionMode`` are immutable; ``spec.template`` is
   immutable except, for a suspended Job that never started (no ``status.startTime``), its labels,
   annotations, ``nodeSelector``, ``affinity``, ``tolerations`` and ``schedulingGates``.
@@ -20,6 +22,7 @@ import copy
 import json
 from typing import Any
 
+from queueing.testing.defaults import validate_job
 from queueing.testing.resources import ResourceType
 from queueing.testing.schema import FieldError
 
@@ -47,6 +50,8 @@ def _forbidden(path: str, detail: str) -> FieldError:
 
 
 def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
+    if rt.key == "batch/jobs":
+        return validate_job(obj)
     if rt.key == "/pods":
         spec = obj.get("spec") or {}
         if spec.get("schedulingGates") and spec.get("nodeName"):
@@ -60,7 +65,7 @@ def validate_update(
     if rt.key == "/pods" and not subresource:
         return _pod_update(old.get("spec") or {}, new.get("spec") or {})
     if rt.key == "batch/jobs" and not subresource:
-        return _job_update(old, new)
+        return validate_job(new) + _job_update(old, new)
     if rt.key in ("resource.k8s.io/resourceclaims", "resource.k8s.io/resourceclaimtemplates"):
         errs = []
         if (old.get("spec") or {}) != (new.get("spec") or {}):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from queueing.testing import builtin_rules
+from queueing.testing import builtin_rules, defaults
 from queueing.testing import schema as schemas
 from queueing.testing.admission import (
     BINDINGS_KEY,
@@ -47,6 +47,7 @@ __all__ = ["AdmissionHook", "AdmissionRequest", "ApiError", "Store", "StoreEvent
 CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 EVENT_KEYS = frozenset({"/events", "events.k8s.io/events"})  # expire after ``event_ttl`` like etcd leases
 NS_KEY = "/namespaces"
+JOBS_KEY = "batch/jobs"
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -546,7 +547,12 @@ class Store:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = _ts(self.clock())
         meta["generation"] = 1
+        if rt.key == JOBS_KEY:
+            defaults.default_job(obj)
         obj = self._admit(rt, "CREATE", "", obj, None, dry_run)
+        if rt.key == JOBS_KEY:
+            defaults.default_job(obj)  # what a mutating admission policy changed is decoded again
+            defaults.generate_job_selector(obj)
         errs = builtin_rules.validate_create(rt, obj)
         if errs:
             raise ApiError.invalid(rt, name, errs)
@@ -609,6 +615,8 @@ class Store:
                 f"Precondition failed: UID in precondition: {uid}, UID in object meta: {old['metadata'].get('uid')}",
             )
         self._check_kind(rt, body)
+        if rt.key == JOBS_KEY and not subresource:
+            defaults.default_job(body)
         if subresource == "status":
             new = copy.deepcopy(old)
             if "status" in body:

@@ -15,6 +15,10 @@ from queueing.testing import Emulator
 
 WIDGETS = Resource("test.queueing.dra.io", "v1", "widgets", True, "Widget")
 WORKLOADS = Resource("queueing.dra.io", "v1beta1", "workloads", True, "Workload")
+# the least a real API server takes as a Job's template
+JOB_TEMPLATE: dict[str, Any] = {
+    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}
+}
 
 
 def pod(
@@ -253,7 +257,7 @@ async def test_builtin_update_rules_and_binding(kube: KubeClient) -> None:
         await kube.create(PODS, pod("q", node="n1", schedulingGates=[{"name": "g"}]))
     assert status_of(err.value)["details"]["causes"][0]["field"] == "spec.nodeName"
     # Jobs: the template is mutable (scheduling directives only) while suspended and never started
-    tmpl = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    tmpl = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}
     await kube.create(
         JOBS, {"metadata": {"name": "j", "namespace": "default"}, "spec": {"suspend": True, "template": tmpl}}
     )
@@ -360,7 +364,7 @@ async def test_finalizers_and_deletion(kube: KubeClient) -> None:
 
 async def test_garbage_collection_by_owner_references(kube: KubeClient) -> None:
     job = await kube.create(
-        JOBS, {"metadata": {"name": "j", "namespace": "default"}, "spec": {"template": {}}}
+        JOBS, {"metadata": {"name": "j", "namespace": "default"}, "spec": {"template": JOB_TEMPLATE}}
     )
     owner = {
         "apiVersion": "batch/v1",
@@ -376,7 +380,7 @@ async def test_garbage_collection_by_owner_references(kube: KubeClient) -> None:
     assert (await kube.list(PODS, "default"))["items"] == []
     # batch Jobs orphan their pods by default, like the real API server
     job = await kube.create(
-        JOBS, {"metadata": {"name": "k", "namespace": "default"}, "spec": {"template": {}}}
+        JOBS, {"metadata": {"name": "k", "namespace": "default"}, "spec": {"template": JOB_TEMPLATE}}
     )
     owner = {**owner, "name": "k", "uid": job["metadata"]["uid"]}
     await kube.create(
@@ -688,11 +692,11 @@ async def test_python_admission_hooks_mutate_like_a_webhook(kube: KubeClient, em
     emu.store.admission_hooks.append(suspend_queued_jobs)
     queued = {
         "metadata": {"name": "q", "namespace": "default", "labels": {"queueing.dra.io/queue-name": "a"}},
-        "spec": {},
+        "spec": {"template": JOB_TEMPLATE},
     }
-    plain = {"metadata": {"name": "p", "namespace": "default"}, "spec": {}}
+    plain = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"template": JOB_TEMPLATE}}
     assert (await kube.create(JOBS, queued))["spec"]["suspend"] is True
-    assert "suspend" not in (await kube.create(JOBS, plain))["spec"]
+    assert (await kube.create(JOBS, plain))["spec"]["suspend"] is False  # the default, not mutated
 
 
 async def test_server_side_apply_creates_then_merges(kube: KubeClient) -> None:
@@ -718,7 +722,7 @@ async def test_server_side_apply_creates_then_merges(kube: KubeClient) -> None:
 
 async def test_load_objects_and_writes_by_user(kube: KubeClient, emu: Emulator, tmp_path: Any) -> None:
     (tmp_path / "objs.yaml").write_text(
-        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: team-a}\nspec: {template: {}}\n---\n"
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: team-a}\nspec: {template: {spec: {restartPolicy: Never, containers: [{name: c}]}}}\n---\n"
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n---\n"
         "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n"
     )

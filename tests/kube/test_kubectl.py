@@ -217,7 +217,14 @@ async def test_kubectl_get_watch_streams_table_rows(
             assert proc.returncode is None
             await asyncio.sleep(0.02)
         await kube.create(
-            JOBS, {"metadata": {"name": "watched", "namespace": "default"}, "spec": {"suspend": True}}
+            JOBS,
+            {
+                "metadata": {"name": "watched", "namespace": "default"},
+                "spec": {
+                    "suspend": True,
+                    "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}},
+                },
+            },
         )
         lines = []
         while len(lines) < 2:
