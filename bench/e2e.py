@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import admission
 
 from queueing.testing import Emulator, run_emulator
-from queueing.testing.cluster import DURATION_ANNOTATION, StandIns
+from queueing.testing.cluster import StandIns
 from queueing.testing.rbac import RbacAuthorizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,9 +68,7 @@ def workloads(fraction: float) -> list[tuple[float, str, dict[str, Any]]]:
             cq = f"cq-{c:03d}-{k}"
             for size, (_, duration, _, interval, count) in admission.SIZES.items():
                 for i in range(round(count * fraction)):
-                    job = admission.prototype_job(cq, size)
-                    job["metadata"]["name"] = f"{cq}-{size}-{i}"
-                    job["metadata"]["annotations"] = {DURATION_ANNOTATION: f"{duration}s"}
+                    job = admission.user_job(f"{cq}-{size}-{i}", cq, size, duration)
                     out.append((round(i * interval, 3), size, job))
     out.sort(key=lambda t: (t[0], t[2]["metadata"]["name"]))
     return out

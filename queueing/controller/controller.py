@@ -30,7 +30,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -694,7 +694,6 @@ class Controller:
                 running.append(job)
             elif (wl := owned.get(job.metadata.uid or "")) is not None and not wl.status.is_true(FINISHED):
                 finished.append((wl, succeeded, job))
-        await self._finish_all(finished)
 
         async def sync(job: Job) -> None:
             wl = owned.get(job.metadata.uid or "")
@@ -710,8 +709,22 @@ class Controller:
                 if want is not None:
                     await self._create_workload(want)
 
-        # each Job on its own (the writes of one never wait for another's)
-        await each(running, sync, limit=self.write_concurrency)
+        # each Job on its own (the writes of one never wait for another's); the finished ones' ledger
+        # release is tried even when a write for another Job failed (and the other way round: a
+        # ledger outage does not keep new Jobs from getting their Workloads); the first error is
+        # raised after both
+        failed: list[Exception] = []
+        steps: tuple[Callable[[], Awaitable[None]], ...] = (
+            lambda: each(running, sync, limit=self.write_concurrency),
+            lambda: self._finish_all(finished),
+        )
+        for step in steps:
+            try:
+                await step()
+            except Exception as e:
+                failed.append(e)
+        if failed:
+            raise failed[0]
 
     # ---- pod groups
     def _groups(self) -> dict[tuple[str, str], list[Pod]]:
