@@ -604,6 +604,7 @@ class DraPlacer:
         self._specs: dict[tuple[object, ...], PodSpec] = {}  # see ``_spec``
         self._free: _FreeCounts | None = None  # built on first use, then kept in step
         self._plan_info: dict[int, _PlanInfo] = {}  # id(plan) -> see ``_info``
+        self._published: frozenset[str] | None = None  # see ``_published_resources``
         self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str, tuple[str, ...]]] = {}
         # DeviceClass names -> nodes (cluster order) that have devices of every one of them
         self._class_nodes: dict[tuple[str, ...], frozenset[str]] = {}
@@ -1031,6 +1032,21 @@ class DraPlacer:
         for name, _ in per_node:
             fc.update(name, taken.get(name, 0))
 
+    def _published_resources(self) -> frozenset[str]:
+        """The resources some node publishes in its allocatable (computed once: a placer's node
+        allocatable never changes in place; a changed Node makes a new placer)."""
+
+        def published() -> frozenset[str]:
+            return frozenset(r for cap in self.cluster.allocatable if cap for r, v in cap.items() if v)
+
+        if self._published is None:
+            self._published = published()
+        elif self.verify:
+            fresh = published()
+            if fresh != self._published:
+                raise VerifyError("DraPlacer._published_resources", sorted(self._published), sorted(fresh))
+        return self._published
+
     def _demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str, tuple[str, ...]]:
         """Devices each pod of the pod set needs at least on any node (ExactCount requests of its
         per-pod claims, and extended resources backed by DRA that no node publishes in allocatable:
@@ -1074,7 +1090,7 @@ class DraPlacer:
                 ext = pod_extended_requests(pod, cs.extended_classes)
             except AllocationError:
                 ext = {}
-            published = {r for cap in cs.allocatable if cap for r, v in cap.items() if v}
+            published = self._published_resources()
             for res, n in sorted(ext.items()):
                 if res in published:
                     continue  # served by a device plugin there: no device of ours needed

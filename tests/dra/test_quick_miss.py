@@ -6,6 +6,7 @@ raising on a difference."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -252,3 +253,17 @@ def test_verify_raises_where_the_free_device_index_is_wrong(how: str) -> None:
     with pytest.raises(VerifyError) as err:
         run(state(True))
     assert err.value.fast_path == "free-device index (Usage.block_free)"
+
+
+def test_published_resources_are_computed_once_and_checked_in_verify_mode() -> None:
+    """The resources nodes publish in allocatable (extended resources served by a device plugin) are
+    computed once per placer; verify mode recomputes them and catches a change the memo missed."""
+    quiet = DraPlacer([node("n0")], [gpus("n0", 1)], [GPU])
+    first = quiet._published_resources()
+    assert "cpu" in first and quiet._published_resources() is first
+    checked = DraPlacer([node("n0")], [gpus("n0", 1)], [GPU], verify=True)
+    assert checked._published_resources() == first
+    checked.cluster.allocatable[0] = {"example.com/new": Fraction(1)}  # what the memo must not miss
+    with pytest.raises(VerifyError) as err:
+        checked._published_resources()
+    assert err.value.fast_path == "DraPlacer._published_resources"
