@@ -685,13 +685,15 @@ class Controller:
         pcs = {p.name: p.value for p in self.priority_classes.list()}
 
         finished: list[tuple[Workload, bool, Job | None]] = []
-        running: list[Job] = []
+        todo: list[Job] = []  # Jobs not finished that need a write (see ``sync``)
         for job in self.jobs.list():
             if job.metadata.deletion_timestamp:
                 continue
             done, succeeded = job_finished(job)
             if not done:
-                running.append(job)
+                wl = owned.get(job.metadata.uid or "")
+                if wl is None or (not job.spec.suspend and wl.metadata.uid not in self.admitted):
+                    todo.append(job)
             elif (wl := owned.get(job.metadata.uid or "")) is not None and not wl.status.is_true(FINISHED):
                 finished.append((wl, succeeded, job))
 
@@ -715,7 +717,7 @@ class Controller:
         # raised after both
         failed: list[Exception] = []
         steps: tuple[Callable[[], Awaitable[None]], ...] = (
-            lambda: each(running, sync, limit=self.write_concurrency),
+            lambda: each(todo, sync, limit=self.write_concurrency),
             lambda: self._finish_all(finished),
         )
         for step in steps:
