@@ -34,3 +34,16 @@ def test_e2e_bench_small(mode: str) -> None:
     )
     assert m and int(m.group(1)) > 0 and int(m.group(3)) >= 1, text
     assert re.search(r"controller: [\d.]+s CPU during the run, peak RSS \d+ MiB", text), text
+
+
+def test_controller_path_bench_small() -> None:
+    """``bench/controller_path.py`` (in ``make bench``) runs and checks its old-path decisions."""
+    bench = E2E.parent / "controller_path.py"
+    out = subprocess.run(
+        [sys.executable, str(bench), "--nodes", "20", "--decisions", "10", "--old", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"cycle +p50 +[\d.]+ ms", out.stdout), out.stdout
