@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import admission
 
 from queueing.testing import Emulator, run_emulator
-from queueing.testing.cluster import StandIns
+from queueing.testing.cluster import StandIns, condition_true
 from queueing.testing.rbac import RbacAuthorizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,13 +74,6 @@ def workloads(fraction: float) -> list[tuple[float, str, dict[str, Any]]]:
     return out
 
 
-def _cond(obj: dict[str, Any], type_: str) -> bool:
-    return any(
-        c.get("type") == type_ and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
-
-
 class Recorder:
     """What happened to each Job, from the store's own watch (times relative to the run's start)."""
 
@@ -99,7 +92,7 @@ class Recorder:
         now = time.perf_counter() - self.t0
         if name in self.finished:
             return
-        if _cond(job, "Complete") or _cond(job, "Failed"):
+        if condition_true(job, "Complete") or condition_true(job, "Failed"):
             self.finished[name] = now
             if name in self.running:
                 self.gpu_seconds += self.units[name] * (now - self.running.pop(name))

@@ -55,7 +55,8 @@ def _done(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def _cond_true(obj: dict[str, Any], type_: str) -> bool:
+def condition_true(obj: dict[str, Any], type_: str) -> bool:
+    """Whether the object's status has condition ``type_`` with status True."""
     return any(
         c.get("type") == type_ and c.get("status") == "True"
         for c in (obj.get("status") or {}).get("conditions") or []
@@ -180,7 +181,7 @@ class StandIns:
     def step(self) -> None:
         """A full pass over the current state (also what the first event does)."""
         self._pods = {_key(p): p for p in self._list("pods")}
-        self._pods_of_job = {}
+        self._pods_of_job, self._unbound, self._running = {}, set(), set()
         for k, p in self._pods.items():
             self._index_pod(k, p)
         self._claims, self._claims_of = {}, {}
@@ -270,7 +271,7 @@ class StandIns:
             return
         meta, spec = job["metadata"], job.get("spec") or {}
         ns, name = key
-        if _cond_true(job, "Complete") or _cond_true(job, "Failed"):
+        if condition_true(job, "Complete") or condition_true(job, "Failed"):
             return
         if not self.pods:
             self._job_without_pods(job)
@@ -355,7 +356,7 @@ class StandIns:
         job = self._get("jobs", (timer[1], timer[2]))
         if job is None or job["metadata"]["uid"] != timer[3] or (job.get("spec") or {}).get("suspend"):
             return
-        if _cond_true(job, "Complete") or _cond_true(job, "Failed"):
+        if condition_true(job, "Complete") or condition_true(job, "Failed"):
             return
         spec = job.get("spec") or {}
         self._complete(
