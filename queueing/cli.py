@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "migrate": "migrate",
     "crds": "crds",
     "explain": "explain",
+    "dev": "dev",
 }
 
 

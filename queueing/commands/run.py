@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 HELP = "Run the controller: watch the cluster, queue Jobs as Workloads, admit them with a device plan."
 
@@ -37,7 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def _main(args: argparse.Namespace) -> int:
+async def serve(
+    args: argparse.Namespace,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[], None] | None = None,
+) -> int:
+    """The controller until ``stop`` is set (by default: until SIGTERM or SIGINT); the exit code.
+
+    ``queueing dev`` runs this same function next to its emulator, with its own ``stop`` and an
+    ``on_started`` callback (called once the controller runs)."""
     from queueing.config import ConfigError, load_config
     from queueing.controller.process import ControllerProcess
     from queueing.kube.client import KubeClient, load_api_client
@@ -67,10 +76,11 @@ async def _main(args: argparse.Namespace) -> int:
             except Exception as e:
                 print(f"queueing run: cannot prepare the ledger database: {e}", file=sys.stderr)
                 return 2
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        if stop is None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
         proc = ControllerProcess(KubeClient(api), ledger, config)
         try:
             await proc.start()
@@ -86,6 +96,8 @@ async def _main(args: argparse.Namespace) -> int:
             proc.identity,
             "on" if proc.elector is not None else "off",
         )
+        if on_started is not None:
+            on_started()
         await stop.wait()
         log.info("stopping: finishing the current step, releasing the lease")
         return 0
@@ -100,4 +112,4 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_main(args))
+    return asyncio.run(serve(args))

@@ -69,7 +69,15 @@ def _jobs() -> list[dict[str, Any]]:
 def test_jobs_name_existing_local_queues_and_priority_classes() -> None:
     queues = _queues()
     jobs = _jobs()
-    assert len(jobs) == 3
+    # whole-GPU gangs, MIG, an extended resource, vLLM inference and a preemption pair (issue #20)
+    assert {j["metadata"]["name"] for j in jobs} == {
+        "finetune-llama-8b",
+        "notebook-eval",
+        "cuda-sample",
+        "vllm-inference",
+        "hyperparameter-sweep",
+        "release-eval",
+    }
     for job in jobs:
         labels = job["metadata"]["labels"]
         ns = job["metadata"]["namespace"]
@@ -80,13 +88,28 @@ def test_jobs_name_existing_local_queues_and_priority_classes() -> None:
         assert job["spec"]["suspend"] is True
 
 
-def test_gang_is_four_pods_of_eight_gpus() -> None:
+def test_gang_is_two_pods_of_two_gpus() -> None:
     docs = load_yaml_docs(ROOT / "examples/jobs/gang-training.yaml")
     job = next(d for d in docs if d["kind"] == "Job")
     tmpl = next(d for d in docs if d["kind"] == "ResourceClaimTemplate")
-    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 4
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
     (req,) = tmpl["spec"]["spec"]["devices"]["requests"]
-    assert req["exactly"] == {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 8}
+    assert req["exactly"] == {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}
+
+
+def test_extended_resource_job_is_backed_by_a_covered_device_class() -> None:
+    """examples/jobs/extended-resource-gpu.yaml asks for nvidia.com/gpu; a DeviceClass of
+    examples/deviceclasses backs it, and team-b's ClusterQueue covers that class."""
+    (job,) = load_yaml_docs(ROOT / "examples/jobs/extended-resource-gpu.yaml")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert "nvidia.com/gpu" in container["resources"]["limits"]
+    classes = [d for p in (ROOT / "examples/deviceclasses").glob("*.yaml") for d in load_yaml_docs(p)]
+    (backing,) = [c for c in classes if c["spec"].get("extendedResourceName") == "nvidia.com/gpu"]
+    queues = _queues()
+    lq = queues[("LocalQueue", f"{job['metadata']['namespace']}/main")]
+    cq = queues[("ClusterQueue", lq["spec"]["clusterQueue"])]
+    covered = {r for g in cq["spec"]["resourceGroups"] for r in g["coveredResources"]}
+    assert backing["metadata"]["name"] in covered
 
 
 def test_example_queues_cover_the_device_classes_the_jobs_use() -> None:

@@ -1,0 +1,191 @@
+"""``queueing dev``: a complete local cluster for trying the controller, in one process.
+
+    queueing dev --dir DIR [--port N] [--no-examples] [--examples DIR]
+
+It starts the Kubernetes API emulator (``queueing.testing.emulator``), the stand-in cluster around it
+(``queueing.testing.cluster``: Job controller, resourceclaim controller, kube-scheduler with DRA
+allocation, kubelet running each pod for its ``simulate.queueing.dra.io/duration``) and the controller
+through the code path of ``queueing run`` (``queueing.commands.run.serve``), with an SQLite ledger in
+DIR and leader election off. It writes ``DIR/kubeconfig`` (for kubectl) and ``DIR/config.yaml`` (the
+controller's configuration), loads the example cluster of ``examples/`` (unless ``--no-examples``),
+prints what to try next and stays up until SIGINT (Ctrl-C) or SIGTERM, then stops the controller, the
+stand-ins and the emulator in that order. Exit codes: 0 after a clean stop, 2 when it cannot start.
+
+What is loaded, in this order (the suspend policy first, so that no queued Job ever starts
+unsuspended): the MutatingAdmissionPolicy of ``deploy/base`` (or, outside a checkout, the stand-in
+``suspend_queued_jobs`` hook that does the same), our CRDs (generated from the models), the namespace
+``queueing-system``, then :data:`EXAMPLE_CLUSTER`. Nothing under ``examples/jobs`` is loaded: that is
+for ``kubectl apply -f examples/jobs/`` (docs/quickstart.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "Run a local cluster (API emulator, stand-in Job controller/scheduler/kubelet) and the controller."
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+SUSPEND_POLICY = CHECKOUT / "deploy" / "base" / "mutating-admission-policy.yaml"
+CONTROLLER_NAMESPACE = "queueing-system"
+
+# The one coherent example cluster, relative to examples/, in load order: labelled namespaces,
+# DeviceClasses, the H200 nodes with their ResourceSlices, then priorities and queues (flavors, the
+# cohort, ClusterQueues, LocalQueues). Not examples/queues/workloads.yaml (Workloads show the API
+# only; here the controller makes them from Jobs), examples/simulate (a separate scenario for
+# `queueing simulate`) or examples/allocate (input for `queueing allocate`).
+EXAMPLE_CLUSTER = (
+    "cluster/namespaces.yaml",
+    "deviceclasses",
+    "cluster/h200-nodes.yaml",
+    "queues/priority-classes.yaml",
+    "queues/resource-flavors.yaml",
+    "queues/cohort.yaml",
+    "queues/cluster-queues.yaml",
+    "queues/local-queues.yaml",
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir", required=True, metavar="DIR", help="where kubeconfig, config.yaml and ledger.db go"
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, metavar="N", help="the API emulator's port (default: a free one)"
+    )
+    parser.add_argument(
+        "--no-examples", action="store_true", help="start empty: no nodes, DeviceClasses or queues"
+    )
+    parser.add_argument(
+        "--examples",
+        metavar="DIR",
+        help="the examples folder to load the cluster from (default: the checkout's examples/)",
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def controller_config(directory: Path) -> str:
+    """The controller's configuration for ``queueing dev``: SQLite in DIR, one replica, local ports."""
+    return (
+        "# written by `queueing dev`; every field is described in docs/configuration.md\n"
+        f"namespace: {CONTROLLER_NAMESPACE}\n"
+        f"databaseURL: sqlite+aiosqlite:///{directory / 'ledger.db'}\n"
+        "leaderElection:\n  leaderElect: false\n"
+        f"metrics:\n  bindAddress: 127.0.0.1:{_free_port()}\n"
+        f"health:\n  healthProbeBindAddress: 127.0.0.1:{_free_port()}\n"
+    )
+
+
+def example_paths(examples: Path) -> list[Path]:
+    """The files and folders of :data:`EXAMPLE_CLUSTER` under ``examples`` (ValueError naming a missing one)."""
+    paths = [examples / rel for rel in EXAMPLE_CLUSTER]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise ValueError(f"the example cluster is incomplete: {', '.join(missing)} not found")
+    return paths
+
+
+def load_cluster(emu: Any, examples: Path | None) -> list[str]:
+    """The suspend policy, the CRDs, the controller's namespace and (with ``examples``) the example
+    cluster into the emulator; returns ``kind/name`` of what was created. A failure raises."""
+    from queueing.api.crdgen import all_crds
+    from queueing.testing.cluster import suspend_queued_jobs
+
+    created: list[str] = []
+    if SUSPEND_POLICY.is_file():
+        created += emu.load_objects(SUSPEND_POLICY)
+    else:
+        emu.store.admission_hooks.append(suspend_queued_jobs)
+    created += emu.load_objects(list(all_crds()))
+    created += emu.load_objects(
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROLLER_NAMESPACE}}]
+    )
+    if examples is not None:
+        for path in example_paths(examples):
+            created += emu.load_objects(path)
+    return created
+
+
+def next_steps(directory: Path) -> str:
+    kubeconfig = directory / "kubeconfig"
+    return (
+        "Try next, in another terminal (from the checkout):\n"
+        f"  export KUBECONFIG={kubeconfig}\n"
+        "  kubectl apply -f examples/jobs/\n"
+        "  kubectl get workloads -A -w\n"
+        "Stop with Ctrl-C."
+    )
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from queueing.commands.run import serve
+    from queueing.testing.cluster import StandIns
+    from queueing.testing.emulator import run_emulator
+
+    directory = Path(args.dir).resolve()
+    examples: Path | None = None
+    if not args.no_examples:
+        examples = Path(args.examples).resolve() if args.examples else CHECKOUT / "examples"
+        try:
+            example_paths(examples)
+        except ValueError as e:
+            print(f"queueing dev: {e} (use --examples DIR or --no-examples)", file=sys.stderr)
+            return 2
+    directory.mkdir(parents=True, exist_ok=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        emulator = run_emulator(port=args.port)
+        emu = await emulator.__aenter__()
+    except OSError as e:
+        print(f"queueing dev: cannot serve the API emulator on port {args.port}: {e}", file=sys.stderr)
+        return 2
+    try:
+        try:
+            objects = load_cluster(emu, examples)
+        except Exception as e:
+            print(f"queueing dev: cannot load the example cluster: {e}", file=sys.stderr)
+            return 2
+        kubeconfig = directory / "kubeconfig"
+        kubeconfig.write_text(_yaml(emu.kubeconfig()))
+        config = directory / "config.yaml"
+        config.write_text(controller_config(directory))
+        print(f"Kubernetes API emulator listening on {emu.url}", flush=True)
+        nodes = sum(1 for o in objects if o.startswith("Node/"))
+        print(f"loaded {len(objects)} objects ({nodes} nodes); kubeconfig: {kubeconfig}", flush=True)
+        async with StandIns(emu):
+            run_args = argparse.Namespace(
+                config=str(config), kubeconfig=str(kubeconfig), context=None, skip_migrations=False
+            )
+
+            def started() -> None:
+                print(next_steps(directory), flush=True)
+
+            rc = await serve(run_args, stop, on_started=started)
+        return rc
+    finally:
+        with contextlib.suppress(Exception):
+            await emulator.__aexit__(None, None, None)
+
+
+def _yaml(obj: Any) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(obj, sort_keys=False))
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_main(args))
