@@ -11,7 +11,8 @@ and evicts while it holds it; ``/metrics`` is served on ``metrics.bindAddress`` 
 ``/readyz`` on ``health.healthProbeBindAddress``; periodic jobs sample usage, re-sync, compact the
 ledger and re-check inadmissible workloads. SIGTERM or SIGINT stop it cleanly (the current step
 finishes, the leader term ends, the Lease is released, informers close). Exit codes: 0 after a clean
-stop, 2 for a bad configuration or an unreachable cluster or database at start.
+stop, 2 for a bad configuration, no kubeconfig, CRDs not installed, the Lease's namespace missing, or an
+unreachable cluster or database at start (one line on stderr says which).
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from queueing.config import Config
+    from queueing.kube.client import KubeClient
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+PREFLIGHT_TIMEOUT = 10.0  # seconds per request of the start-up checks
 
 HELP = "Run the controller: watch the cluster, queue Jobs as Workloads, admit them with a device plan."
 
@@ -36,6 +45,98 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-migrations", action="store_true", help="do not upgrade the ledger's schema at start"
     )
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def missing_kubeconfig(kubeconfig: str | None, env: Mapping[str, str]) -> str | None:
+    """What is missing to find the cluster, in one line (None: a kubeconfig file or the in-cluster
+    service account is there). Without ``--kubeconfig``, as kubernetes-asyncio looks: the service
+    account, else ``$KUBECONFIG`` (its files), else ``~/.kube/config``."""
+    if kubeconfig:
+        return None if os.path.isfile(kubeconfig) else f"kubeconfig {kubeconfig}: no such file"
+    if env.get("KUBERNETES_SERVICE_HOST") and os.path.isfile(SERVICE_ACCOUNT_TOKEN):
+        return None
+    files = [f for f in env.get("KUBECONFIG", "").split(os.pathsep) if f]
+    candidates = files or [os.path.expanduser("~/.kube/config")]
+    if any(os.path.isfile(os.path.expanduser(f)) for f in candidates):
+        return None
+    looked = f"$KUBECONFIG ({', '.join(files)})" if files else "~/.kube/config"
+    return (
+        f"no cluster configuration: not in a pod (no service account) and {looked} does not exist; "
+        "pass --kubeconfig FILE (`queueing dev` writes one for a local cluster)"
+    )
+
+
+async def preflight(kube: KubeClient, config: Config) -> str | None:
+    """What keeps the controller from working in this cluster, in one line, or None: the API server
+    does not answer, our CRDs are not installed, or the leader-election Lease's namespace does not
+    exist (the elector would retry on 404 forever). Uses only reads the controller's RBAC allows
+    (list); a 403 proves nothing and is passed over."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from queueing.kube.client import (
+        CLUSTER_QUEUES,
+        COHORTS,
+        LOCAL_QUEUES,
+        NAMESPACES,
+        RESOURCE_FLAVORS,
+        WORKLOAD_PRIORITY_CLASSES,
+        WORKLOADS,
+    )
+
+    server = kube.api.configuration.host
+    not_served = []
+    try:
+        for res in (
+            WORKLOADS,
+            CLUSTER_QUEUES,
+            LOCAL_QUEUES,
+            COHORTS,
+            RESOURCE_FLAVORS,
+            WORKLOAD_PRIORITY_CLASSES,
+        ):
+            try:
+                await kube.request("GET", res.path(None), {"limit": 1}, timeout=PREFLIGHT_TIMEOUT)
+            except ApiException as e:
+                if e.status == 404:
+                    not_served.append(f"{res.plural}.{res.group}")
+                elif e.status not in (401, 403):
+                    return (
+                        f"the API server {server} answers {e.status} {e.reason} for {res.plural}.{res.group}"
+                    )
+        if not_served:
+            return (
+                f"the API server {server} does not serve {', '.join(not_served)}: the CRDs are not "
+                "installed (kubectl apply --server-side -f crds/)"
+            )
+        if config.leader_election.leader_elect:
+            ns = config.lease_namespace
+            lease = f"{ns}/{config.leader_election.resource_name}"
+            try:
+                found = await kube.request(
+                    "GET",
+                    NAMESPACES.path(None),
+                    {"fieldSelector": f"metadata.name={ns}"},
+                    timeout=PREFLIGHT_TIMEOUT,
+                )
+            except ApiException as e:
+                if e.status not in (401, 403):
+                    raise
+            else:
+                if not (found or {}).get("items"):
+                    return (
+                        f"the namespace {ns} does not exist, so the leader-election Lease {lease} cannot be "
+                        f"created: kubectl create namespace {ns} (or set leaderElection.resourceNamespace, "
+                        "or leaderElection.leaderElect: false for a single replica)"
+                    )
+    except (OSError, TimeoutError) as e:
+        return f"cannot reach the API server {server}: {_one_line(e)}"
+    except ApiException as e:
+        return f"the API server {server} answers {e.status} {e.reason}"
+    return None
 
 
 async def serve(
@@ -62,10 +163,20 @@ async def serve(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     log = logging.getLogger("queueing.run")
+    missing = missing_kubeconfig(args.kubeconfig, os.environ)
+    if missing:
+        print(f"queueing run: {missing}", file=sys.stderr)
+        return 2
     try:
         api = await load_api_client(args.kubeconfig, args.context)
     except Exception as e:
-        print(f"queueing run: cannot load the cluster configuration: {e}", file=sys.stderr)
+        where = f" {args.kubeconfig}" if args.kubeconfig else ""
+        print(f"queueing run: cannot load the cluster configuration{where}: {_one_line(e)}", file=sys.stderr)
+        return 2
+    problem = await preflight(KubeClient(api), config)
+    if problem:
+        print(f"queueing run: {problem}", file=sys.stderr)
+        await api.close()
         return 2
     ledger = Ledger.from_url(config.resolved_database_url())
     proc: ControllerProcess | None = None
@@ -99,7 +210,10 @@ async def serve(
         if on_started is not None:
             on_started()
         await stop.wait()
-        log.info("stopping: finishing the current step, releasing the lease")
+        log.info(
+            "stopping: finishing the current step%s",
+            ", releasing the lease" if proc.elector is not None else "",
+        )
         return 0
     finally:
         if proc is not None:

@@ -40,7 +40,7 @@ from aiohttp import web
 
 from queueing.testing.openapi import openapi_v3
 from queueing.testing.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from queueing.testing.protobuf import decode_access_review
+from queueing.testing.protobuf import PROTOBUF, ProtobufError, decode_access_review, decode_object
 from queueing.testing.resources import ResourceType
 from queueing.testing.store import CRD_KEY, ApiError, Store, Watcher
 from queueing.testing.tables import table
@@ -488,7 +488,7 @@ class Emulator:
             "selfsubjectaccessreviews",
             "subjectaccessreviews",
         ):
-            if request.content_type == "application/vnd.kubernetes.protobuf":
+            if request.content_type == PROTOBUF:
                 body = decode_access_review(await request.read())
             else:
                 body = await _body(request)
@@ -875,6 +875,17 @@ async def _body(request: web.Request) -> Any:
     raw = await request.read()
     if not raw:
         return None
+    if request.content_type == PROTOBUF:
+        # typed clients (kubectl create namespace|secret|configmap|job, kubectl run) post built-in
+        # kinds in protobuf, as a real API server accepts
+        try:
+            return decode_object(raw)
+        except ProtobufError as e:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the emulator cannot read this protobuf body ({e}); send it as application/json",
+            ) from e
     try:
         if "yaml" in request.content_type:
             return yaml.safe_load(raw)
