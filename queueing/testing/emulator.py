@@ -49,6 +49,7 @@ __all__ = ["Counts", "Emulator", "Faults", "RequestAttributes", "main", "run_emu
 
 log = logging.getLogger("queueing.testing.emulator")
 
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the annotation of the BOOKMARK that ends a streaming list
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 SERVER_VERSION = {
     "major": "1",
@@ -795,10 +796,22 @@ class Emulator:
                 raise ApiError(
                     410, "Expired", f"too old resource version: {q.get('resourceVersion', '')} (injected)"
                 )
+            # a streaming list (kubectl >= 1.35's WatchList): the current state as ADDED events, then a
+            # BOOKMARK annotated k8s.io/initial-events-end, then the changes
+            initial = q.get("sendInitialEvents") in ("1", "true", "True")
             w = self.store.watch(
-                rt, attrs.namespace or None, q.get("resourceVersion"), q.get("labelSelector"),
-                q.get("fieldSelector"), q.get("allowWatchBookmarks") in ("1", "true", "True"),
+                rt, attrs.namespace or None, None if initial else q.get("resourceVersion"),
+                q.get("labelSelector"), q.get("fieldSelector"),
+                q.get("allowWatchBookmarks") in ("1", "true", "True"),
             )  # fmt: skip
+            if initial:
+                end = {"resourceVersion": str(self.store.rv), "annotations": {INITIAL_EVENTS_END: "true"}}
+                w.queue.put_nowait(
+                    {
+                        "type": "BOOKMARK",
+                        "object": {"kind": rt.kind, "apiVersion": rt.group_version, "metadata": end},
+                    }
+                )
         except ApiError as e:
             if e.code != 410:
                 raise

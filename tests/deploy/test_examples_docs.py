@@ -88,13 +88,13 @@ def test_jobs_name_existing_local_queues_and_priority_classes() -> None:
         assert job["spec"]["suspend"] is True
 
 
-def test_gang_is_two_pods_of_two_gpus() -> None:
+def test_gang_is_two_pods_of_one_gpu() -> None:
     docs = load_yaml_docs(ROOT / "examples/jobs/gang-training.yaml")
     job = next(d for d in docs if d["kind"] == "Job")
     tmpl = next(d for d in docs if d["kind"] == "ResourceClaimTemplate")
     assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
     (req,) = tmpl["spec"]["spec"]["devices"]["requests"]
-    assert req["exactly"] == {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}
+    assert req["exactly"] == {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}
 
 
 def test_extended_resource_job_is_backed_by_a_covered_device_class() -> None:
