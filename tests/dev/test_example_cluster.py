@@ -1,0 +1,83 @@
+"""`queueing dev`'s example cluster is coherent (issue #20): the suspend policy comes first, no object
+conflicts, every namespace a LocalQueue lives in carries the labels its ClusterQueue selects, every
+ResourceFlavor's node labels and taints are on a node, every DeviceClass selects devices there, and
+each example Job's LocalQueue and claim templates' classes exist."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queueing.api.v1beta1 import LabelSelector
+from queueing.commands.dev import EXAMPLE_CLUSTER, example_paths, load_cluster
+from queueing.testing import Emulator, run_emulator
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def emu() -> AsyncIterator[Emulator]:
+    async with run_emulator(bookmark_interval=None) as e:
+        yield e
+
+
+def items(emu: Emulator, plural: str, group: str = "") -> list[dict[str, Any]]:
+    return emu.store.list(emu.store.resource(plural, group), None)[0]
+
+
+async def test_the_example_cluster_loads_whole_and_fits_together(emu: Emulator) -> None:
+    created = load_cluster(emu, ROOT / "examples")  # raises on any conflict or invalid object
+    assert created[0] == "MutatingAdmissionPolicy/queueing-suspend-queued-jobs"
+    assert "Namespace/queueing-system" in created
+    q = "queueing.dra.io"
+    namespaces = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in items(emu, "namespaces")}
+    cqs = {c["metadata"]["name"]: c for c in items(emu, "clusterqueues", q)}
+    for lq in items(emu, "localqueues", q):
+        cq = cqs[lq["spec"]["clusterQueue"]]
+        selector = LabelSelector.model_validate(cq["spec"]["namespaceSelector"])
+        assert selector.matches(namespaces[lq["metadata"]["namespace"]]), lq["metadata"]
+    nodes = items(emu, "nodes")
+    for flavor in items(emu, "resourceflavors", q):
+        spec = flavor.get("spec") or {}
+        carrying = [
+            n
+            for n in nodes
+            if (spec.get("nodeLabels") or {}).items() <= n["metadata"]["labels"].items()
+            and all(t in (n.get("spec") or {}).get("taints", []) for t in spec.get("nodeTaints") or [])
+        ]
+        assert carrying, f"no node carries the labels and taints of flavor {flavor['metadata']['name']}"
+    assert {s["spec"]["nodeName"] for s in items(emu, "resourceslices", "resource.k8s.io")} == {
+        n["metadata"]["name"] for n in nodes
+    }
+    # a Job of examples/jobs is created suspended (the policy came first)
+    job = next(d for d in _yaml(ROOT / "examples/jobs/mig-job.yaml") if d["kind"] == "Job")
+    job["spec"]["suspend"] = False
+    emu.load_objects([job])
+    assert (
+        emu.store.get(emu.store.resource("jobs", "batch"), "team-b", "notebook-eval")["spec"]["suspend"]
+        is True
+    )
+
+
+def _yaml(path: Path) -> list[dict[str, Any]]:
+    import yaml
+
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def test_the_list_names_what_exists(tmp_path: Path) -> None:
+    assert len(example_paths(ROOT / "examples")) == len(EXAMPLE_CLUSTER)
+    with pytest.raises(ValueError, match=r"cluster/namespaces\.yaml"):
+        example_paths(tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "queueing", "dev", "--dir", str(tmp_path / "d"), "--examples", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.startswith("queueing dev: the example cluster is incomplete: "), r.stderr
+    assert r.stderr.rstrip().endswith("(use --examples DIR or --no-examples)")
