@@ -225,6 +225,7 @@ def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
         assert dev is not None, "the quickstart never starts queueing dev"
         dev.send_signal(signal.SIGINT)  # Ctrl-C
         assert dev.wait(60) == 0, (tmp_path / "dev.log").read_text()[-3000:]
+        assert dev.stdout is not None and "queueing dev: stopped" in dev.stdout.read()
         log.append(f"{time.monotonic() - t0:6.1f}s  stopped by Ctrl-C")
     finally:
         print("\n".join(log))

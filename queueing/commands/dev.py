@@ -150,13 +150,12 @@ async def _main(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    try:
-        emulator = run_emulator(port=args.port)
-        emu = await emulator.__aenter__()
-    except OSError as e:
-        print(f"queueing dev: cannot serve the API emulator on port {args.port}: {e}", file=sys.stderr)
-        return 2
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            emu = await stack.enter_async_context(run_emulator(port=args.port))
+        except OSError as e:
+            print(f"queueing dev: cannot serve the API emulator on port {args.port}: {e}", file=sys.stderr)
+            return 2
         try:
             objects = load_cluster(emu, examples)
         except Exception as e:
@@ -169,19 +168,29 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"Kubernetes API emulator listening on {emu.url}", flush=True)
         nodes = sum(1 for o in objects if o.startswith("Node/"))
         print(f"loaded {len(objects)} objects ({nodes} nodes); kubeconfig: {kubeconfig}", flush=True)
-        async with StandIns(emu):
+        cluster = await stack.enter_async_context(StandIns(emu))
+        reporter = asyncio.create_task(_report_errors(cluster))
+        try:
             run_args = argparse.Namespace(
                 config=str(config), kubeconfig=str(kubeconfig), context=None, skip_migrations=False
             )
+            return await serve(run_args, stop, on_started=lambda: print(next_steps(directory), flush=True))
+        finally:
+            reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporter
+    return 0  # not reached: the block returns
 
-            def started() -> None:
-                print(next_steps(directory), flush=True)
 
-            rc = await serve(run_args, stop, on_started=started)
-        return rc
-    finally:
-        with contextlib.suppress(Exception):
-            await emulator.__aexit__(None, None, None)
+async def _report_errors(cluster: Any) -> None:
+    """What the stand-ins could not do (e.g. a Job naming a claim template that does not exist), on
+    stderr as it happens: they keep playing the rest of the cluster."""
+    seen = 0
+    while True:
+        await asyncio.sleep(1.0)
+        for line in cluster.errors[seen:]:
+            print(f"queueing dev: stand-in cluster: {line}", file=sys.stderr, flush=True)
+        seen = len(cluster.errors)
 
 
 def _yaml(obj: Any) -> str:
@@ -191,4 +200,7 @@ def _yaml(obj: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_main(args))
+    rc = asyncio.run(_main(args))
+    if rc == 0:
+        print("queueing dev: stopped (the controller, the stand-ins and the emulator)", flush=True)
+    return rc
