@@ -81,3 +81,15 @@ def test_the_list_names_what_exists(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert r.stderr.startswith("queueing dev: the example cluster is incomplete: "), r.stderr
     assert r.stderr.rstrip().endswith("(use --examples DIR or --no-examples)")
+
+
+async def test_no_examples_is_the_policy_the_crds_and_the_controllers_namespace(emu: Emulator) -> None:
+    created = load_cluster(emu, None)
+    assert created[0] == "MutatingAdmissionPolicy/queueing-suspend-queued-jobs"
+    assert {c.split("/")[0] for c in created} == {
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "CustomResourceDefinition",
+        "Namespace",
+    }
+    assert items(emu, "nodes") == [] and "Namespace/queueing-system" in created
