@@ -11,6 +11,7 @@ files). A command that exits non-zero fails the test with its output.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -223,6 +224,17 @@ def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
                     f"{time.monotonic() - t0:6.1f}s  the first Job is admitted (since queueing dev started)"
                 )
         assert dev is not None, "the quickstart never starts queueing dev"
+        # the page's preemption happened (not just both Jobs finishing one after the other)
+        events = subprocess.run(
+            ["kubectl", "-n", "team-a", "get", "events", "-o", "json"], cwd=tmp_path, env=env,
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        preempted = [
+            e
+            for e in json.loads(events.stdout)["items"]
+            if e["reason"] == "Preempted" and e["involvedObject"]["name"] == "job-hyperparameter-sweep"
+        ]
+        assert preempted and "job-release-eval" in preempted[-1]["message"], events.stdout[-3000:]
         dev.send_signal(signal.SIGINT)  # Ctrl-C
         assert dev.wait(60) == 0, (tmp_path / "dev.log").read_text()[-3000:]
         assert dev.stdout is not None and "queueing dev: stopped" in dev.stdout.read()
