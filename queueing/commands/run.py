@@ -162,6 +162,9 @@ async def serve(
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if config.log_level != "debug":
+        # APScheduler logs every run of every periodic job at INFO; its warnings and errors still show
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     log = logging.getLogger("queueing.run")
     missing = missing_kubeconfig(args.kubeconfig, os.environ)
     if missing:
