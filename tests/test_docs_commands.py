@@ -7,6 +7,10 @@ value and ``QUEUEING_DATABASE_URL`` point there, so commands that need a cluster
 the only ones left out. ``alembic`` runs there too, on the checkout's ``alembic.ini`` and
 ``migrations/`` (its commands that only read or migrate the database; never ``revision``, which writes
 files). A command that exits non-zero fails the test with its output.
+
+The commands that need a cluster run against ``queueing dev`` (``test_quickstart_runs_in_queueing_dev``):
+every ``sh`` command of docs/quickstart.md in order, from a fresh directory, with real kubectl, then
+those of docs/install.md that a local cluster can run.
 """
 
 from __future__ import annotations
