@@ -14,7 +14,7 @@ stand-ins and the emulator in that order. Exit codes: 0 after a clean stop, 2 wh
 What is loaded, in this order (the suspend policy first, so that no queued Job ever starts
 unsuspended): the MutatingAdmissionPolicy of ``deploy/base`` (or, outside a checkout, the stand-in
 ``suspend_queued_jobs`` hook that does the same), our CRDs (generated from the models), the namespace
-``queueing-system``, then :data:`EXAMPLE_CLUSTER`. Nothing under ``examples/jobs`` is loaded: that is
+``queueing-system``, then the example cluster ``examples/kustomization.yaml`` lists. Nothing under ``examples/jobs`` is loaded: that is
 for ``kubectl apply -f examples/jobs/`` (docs/quickstart.md).
 """
 
@@ -35,21 +35,10 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 SUSPEND_POLICY = CHECKOUT / "deploy" / "base" / "mutating-admission-policy.yaml"
 CONTROLLER_NAMESPACE = "queueing-system"
 
-# The one coherent example cluster, relative to examples/, in load order: labelled namespaces,
-# DeviceClasses, the H200 nodes with their ResourceSlices, then priorities and queues (flavors, the
-# cohort, ClusterQueues, LocalQueues). Not examples/queues/workloads.yaml (Workloads show the API
-# only; here the controller makes them from Jobs), examples/simulate (a separate scenario for
-# `queueing simulate`) or examples/allocate (input for `queueing allocate`).
-EXAMPLE_CLUSTER = (
-    "cluster/namespaces.yaml",
-    "deviceclasses",
-    "cluster/h200-nodes.yaml",
-    "queues/priority-classes.yaml",
-    "queues/resource-flavors.yaml",
-    "queues/cohort.yaml",
-    "queues/cluster-queues.yaml",
-    "queues/local-queues.yaml",
-)
+# The one coherent example cluster: examples/kustomization.yaml lists its files in load order
+# (labelled namespaces, DeviceClasses, the H200 nodes with their ResourceSlices, priorities, flavors,
+# the cohort, ClusterQueues, LocalQueues), and says what it leaves out and why.
+EXAMPLE_CLUSTER = "kustomization.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,9 +77,14 @@ def controller_config(directory: Path) -> str:
 
 
 def example_paths(examples: Path) -> list[Path]:
-    """The files and folders of :data:`EXAMPLE_CLUSTER` under ``examples`` (ValueError naming a missing one)."""
-    paths = [examples / rel for rel in EXAMPLE_CLUSTER]
-    missing = [str(p) for p in paths if not p.exists()]
+    """The files of the example cluster under ``examples``, in load order (ValueError naming what is
+    missing)."""
+    from queueing.testing.emulator import manifest_files
+
+    if not (examples / EXAMPLE_CLUSTER).is_file():
+        raise ValueError(f"the example cluster is incomplete: {examples / EXAMPLE_CLUSTER} not found")
+    paths = manifest_files(examples)
+    missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise ValueError(f"the example cluster is incomplete: {', '.join(missing)} not found")
     return paths
@@ -112,8 +106,8 @@ def load_cluster(emu: Any, examples: Path | None) -> list[str]:
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROLLER_NAMESPACE}}]
     )
     if examples is not None:
-        for path in example_paths(examples):
-            created += emu.load_objects(path)
+        example_paths(examples)  # every file is there
+        created += emu.load_objects(examples)
     return created
 
 

