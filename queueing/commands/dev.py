@@ -136,10 +136,14 @@ async def _main(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"queueing dev: {e} (use --examples DIR or --no-examples)", file=sys.stderr)
             return 2
-    directory.mkdir(parents=True, exist_ok=True)
-    # the cluster lives in memory: a ledger left by an earlier run would describe Workloads that are gone
-    for stale in directory.glob("ledger.db*"):
-        stale.unlink()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        # the cluster lives in memory: a ledger left by an earlier run would describe Workloads that are gone
+        for stale in directory.glob("ledger.db*"):
+            stale.unlink()
+    except OSError as e:
+        print(f"queueing dev: cannot use --dir {directory}: {e}", file=sys.stderr)
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
