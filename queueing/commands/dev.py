@@ -6,16 +6,17 @@ It starts the Kubernetes API emulator (``queueing.testing.emulator``), the stand
 (``queueing.testing.cluster``: Job controller, resourceclaim controller, kube-scheduler with DRA
 allocation, kubelet running each pod for its ``simulate.queueing.dra.io/duration``) and the controller
 through the code path of ``queueing run`` (``queueing.commands.run.serve``), with an SQLite ledger in
-DIR (a fresh one each start: the cluster lives in memory) and leader election off. It writes ``DIR/kubeconfig`` (for kubectl) and ``DIR/config.yaml`` (the
-controller's configuration), loads the example cluster of ``examples/`` (unless ``--no-examples``),
-prints what to try next and stays up until SIGINT (Ctrl-C) or SIGTERM, then stops the controller, the
-stand-ins and the emulator in that order. Exit codes: 0 after a clean stop, 2 when it cannot start.
+DIR (a fresh one each start: the cluster lives in memory) and leader election off. It writes
+``DIR/kubeconfig`` (for kubectl) and ``DIR/config.yaml`` (the controller's configuration), loads the
+example cluster of ``examples/`` (unless ``--no-examples``), prints what to try next and stays up
+until SIGINT (Ctrl-C) or SIGTERM, then stops the controller, the stand-ins and the emulator in that
+order. Exit codes: 0 after a clean stop, 2 when it cannot start (one line on stderr says why).
 
 What is loaded, in this order (the suspend policy first, so that no queued Job ever starts
 unsuspended): the MutatingAdmissionPolicy of ``deploy/base`` (or, outside a checkout, the stand-in
 ``suspend_queued_jobs`` hook that does the same), our CRDs (generated from the models), the namespace
-``queueing-system``, then the example cluster ``examples/kustomization.yaml`` lists. Nothing under ``examples/jobs`` is loaded: that is
-for ``kubectl apply -f examples/jobs/`` (docs/quickstart.md).
+``queueing-system``, then the example cluster ``examples/kustomization.yaml`` lists. Nothing under
+``examples/jobs`` is loaded: that is for ``kubectl apply -f examples/jobs/`` (docs/quickstart.md).
 """
 
 from __future__ import annotations
