@@ -202,7 +202,9 @@ def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
                     seen.append(out)
                     if out.startswith("Stop with Ctrl-C"):
                         break
-                assert any("kubectl apply -f examples/jobs/" in s for s in seen), "".join(seen)
+                # what to try next: the kubeconfig and the example Jobs (a path typed from here)
+                assert any(s.strip() == f"export KUBECONFIG={tmp_path / '.dev' / 'kubeconfig'}" for s in seen)
+                assert any(s.strip().startswith("kubectl apply -f ") and "examples/jobs/" in s for s in seen)
             elif command.startswith("export "):
                 name, _, value = command.removeprefix("export ").partition("=")
                 env[name] = subprocess.run(

@@ -112,15 +112,16 @@ def load_cluster(emu: Any, examples: Path | None) -> list[str]:
     return created
 
 
-def next_steps(directory: Path) -> str:
-    kubeconfig = directory / "kubeconfig"
-    return (
-        "Try next, in another terminal (from the checkout):\n"
-        f"  export KUBECONFIG={kubeconfig}\n"
-        "  kubectl apply -f examples/jobs/\n"
-        "  kubectl get workloads -A -w\n"
-        "Stop with Ctrl-C."
-    )
+def next_steps(directory: Path, examples: Path | None) -> str:
+    """The commands to try next (the examples' path as the user can type it from here)."""
+    here = Path.cwd()
+    ex = examples or CHECKOUT / "examples"
+    shown = str(ex.relative_to(here)) if ex.is_relative_to(here) else str(ex)
+    lines = [f"  export KUBECONFIG={directory / 'kubeconfig'}"]
+    if examples is None:
+        lines.append(f"  kubectl apply -k {shown}/            # the example cluster")
+    lines += [f"  kubectl apply -f {shown}/jobs/", "  kubectl get workloads -A -w"]
+    return "Try next, in another terminal:\n" + "\n".join(lines) + "\nStop with Ctrl-C."
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -173,7 +174,9 @@ async def _main(args: argparse.Namespace) -> int:
             run_args = argparse.Namespace(
                 config=str(config), kubeconfig=str(kubeconfig), context=None, skip_migrations=False
             )
-            return await serve(run_args, stop, on_started=lambda: print(next_steps(directory), flush=True))
+            return await serve(
+                run_args, stop, on_started=lambda: print(next_steps(directory, examples), flush=True)
+            )
         finally:
             reporter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -182,8 +185,8 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 async def _report_errors(cluster: Any) -> None:
-    """What the stand-ins could not do (e.g. a Job naming a claim template that does not exist), on
-    stderr as it happens: they keep playing the rest of the cluster."""
+    """What the stand-ins could not do (an error in the Job controller, kube-scheduler or kubelet they
+    play), on stderr as it happens: they go on playing the rest of the cluster."""
     seen = 0
     while True:
         await asyncio.sleep(1.0)
