@@ -77,27 +77,20 @@ async def preflight(kube: KubeClient, config: Config) -> str | None:
     (list); a 403 proves nothing and is passed over."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from queueing.kube.client import (
-        CLUSTER_QUEUES,
-        COHORTS,
-        LOCAL_QUEUES,
-        NAMESPACES,
-        RESOURCE_FLAVORS,
-        WORKLOAD_PRIORITY_CLASSES,
-        WORKLOADS,
-    )
+    from queueing.api.crdgen import all_crds
+    from queueing.kube.client import NAMESPACES, Resource
 
     server = kube.api.configuration.host
     not_served = []
+    ours = [
+        Resource(c["spec"]["group"], v["name"], c["spec"]["names"]["plural"], c["spec"]["scope"] == "Namespaced",
+                 c["spec"]["names"]["kind"])
+        for c in all_crds()
+        for v in c["spec"]["versions"]
+        if v.get("served") and v.get("storage")
+    ]  # fmt: skip
     try:
-        for res in (
-            WORKLOADS,
-            CLUSTER_QUEUES,
-            LOCAL_QUEUES,
-            COHORTS,
-            RESOURCE_FLAVORS,
-            WORKLOAD_PRIORITY_CLASSES,
-        ):
+        for res in ours:
             try:
                 await kube.request("GET", res.path(None), {"limit": 1}, timeout=PREFLIGHT_TIMEOUT)
             except ApiException as e:

@@ -29,7 +29,8 @@ async def test_missing_crds_then_namespace_then_nothing() -> None:
     async with run_emulator(bookmark_interval=None) as emu:
         problem = await check(emu.url)
         assert problem is not None and "\n" not in problem
-        assert problem.startswith(f"the API server {emu.url} does not serve workloads.queueing.dra.io, ")
+        served = ", ".join(f"{c['spec']['names']['plural']}.queueing.dra.io" for c in all_crds())
+        assert problem.startswith(f"the API server {emu.url} does not serve {served}: ")  # each CRD
         assert problem.endswith("the CRDs are not installed (kubectl apply --server-side -f crds/)")
         emu.load_objects(list(all_crds()))
         problem = await check(emu.url)
@@ -74,5 +75,5 @@ async def test_serve_exits_2_with_the_line(tmp_path: Path, capsys: pytest.Captur
         assert await serve(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(
-        f"queueing run: the API server {emu.url} does not serve workloads.queueing.dra.io"
+        f"queueing run: the API server {emu.url} does not serve clusterqueues.queueing.dra.io"
     )
