@@ -40,8 +40,25 @@ class Backlog:
         self._held: dict[str, WorkloadInfo] = {}  # deactivated, or in backoff after ``released``
         self._backoffs: list[tuple[float, str]] = []  # (backoff end, key) of held workloads
         self._released = released
-        for w in workloads:
-            self.add(w)
+        # many at once: each run sorted once at the end, which is the order ``add`` one by one
+        # inserts in (keys are unique); given a key twice, one by one (the later one replaces)
+        listed = list(workloads)
+        given = {w.key: w for w in listed}
+        if len(given) != len(listed):
+            for w in listed:
+                self.add(w)
+            return
+        self._by_key = given
+        fresh: dict[str, dict[str, list[WorkloadInfo]]] = {}
+        for w in given.values():
+            if not w.active or (w.backoff_until is not None and w.backoff_until > released):
+                self._hold(w)
+            else:
+                fresh.setdefault(w.queue_key, {}).setdefault(w.fit_signature, []).append(w)
+        for queue_key, runs in fresh.items():
+            for run in runs.values():
+                run.sort(key=run_order)
+            self._queues[queue_key] = runs
 
     # ---- reading --------------------------------------------------------------------------------
     @property
@@ -78,11 +95,14 @@ class Backlog:
             self.remove(wl.key)
         self._by_key[wl.key] = wl
         if not wl.active or (wl.backoff_until is not None and wl.backoff_until > self._released):
-            self._held[wl.key] = wl
-            if wl.active and wl.backoff_until is not None:
-                heapq.heappush(self._backoffs, (wl.backoff_until, wl.key))
+            self._hold(wl)
             return
         self._insert(wl)
+
+    def _hold(self, wl: WorkloadInfo) -> None:
+        self._held[wl.key] = wl
+        if wl.active and wl.backoff_until is not None:
+            heapq.heappush(self._backoffs, (wl.backoff_until, wl.key))
 
     def remove(self, key: str) -> WorkloadInfo | None:
         """Remove a workload (admitted, deleted); returns it, or None if it was not here."""
