@@ -50,6 +50,7 @@ Plans recorded in a Workload's ``status.admission`` (after a restart) come in as
 from __future__ import annotations
 
 import json
+import weakref
 from collections import OrderedDict
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
@@ -537,7 +538,6 @@ _Pods = tuple[list[Pod], dict[str, tuple[Pod, str, int]]]  # see ``DraPlacer._po
 class _PlanInfo:
     """What applying a held plan changes (``DraPlacer._info``)."""
 
-    plan: DraPlan
     totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]  # node's used, its additions
     picks: tuple[Pick, ...]  # the pods' own picks, pod by pod
     taken: tuple[tuple[str, int], ...]  # node -> its picks ``_counted`` (the nodes whose counts change)
@@ -603,7 +603,9 @@ class DraPlacer:
         self._resolved: dict[RecordedPlan, DraPlan] = {}
         self._specs: dict[tuple[object, ...], PodSpec] = {}  # see ``_spec``
         self._free: _FreeCounts | None = None  # built on first use, then kept in step
-        self._plan_info: dict[int, _PlanInfo] = {}  # id(plan) -> see ``_info``
+        # plan -> see ``_info``; an entry goes with its plan (a plan lives as long as a state or a
+        # result holds it: most are tried and dropped within a cycle)
+        self._plan_info: weakref.WeakKeyDictionary[DraPlan, _PlanInfo] = weakref.WeakKeyDictionary()
         self._published: frozenset[str] | None = None  # see ``_published_resources``
         self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str, tuple[str, ...]]] = {}
         # DeviceClass names -> nodes (cluster order) that have devices of every one of them
@@ -901,7 +903,7 @@ class DraPlacer:
                 name = p.device.node_name
                 assert name is not None
                 taken[name] = taken.get(name, 0) + 1
-        self._keep_info(_PlanInfo(plan, totals, tuple(all_picks), tuple(taken.items()), False))
+        self._keep_info(plan, _PlanInfo(totals, tuple(all_picks), tuple(taken.items()), False))
         return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
 
     def _planned(self, name: str, picks: tuple[Pick, ...]) -> PlannedClaim:
@@ -1251,8 +1253,8 @@ class DraPlacer:
         node's allocatable, summed per node (exact sums: adding them at once equals adding them pod
         by pod); its pods' own picks, pod by pod; the node-local exclusive devices they take, per node
         (``_count_taken`` over them in one step per node ends where counting pick by pick ends)."""
-        hit = self._plan_info.get(id(plan))
-        if hit is not None and hit.plan is plan:
+        hit = self._plan_info.get(plan)
+        if hit is not None:
             return hit
         cs = self.cluster
         per: dict[int, dict[str, Fraction]] = {}
@@ -1274,12 +1276,10 @@ class DraPlacer:
                 assert d.node_name is not None
                 taken[d.node_name] = taken.get(d.node_name, 0) + 1
         shared = any(pp.shared or pp.shared_new for pp in plan.pods)
-        return self._keep_info(_PlanInfo(plan, totals, picks, tuple(taken.items()), shared))
+        return self._keep_info(plan, _PlanInfo(totals, picks, tuple(taken.items()), shared))
 
-    def _keep_info(self, info: _PlanInfo) -> _PlanInfo:
-        if len(self._plan_info) > 50_000:
-            self._plan_info.clear()
-        self._plan_info[id(info.plan)] = info
+    def _keep_info(self, plan: DraPlan, info: _PlanInfo) -> _PlanInfo:
+        self._plan_info[plan] = info
         return info
 
     def _apply(self, plan: DraPlan) -> None:
