@@ -76,6 +76,28 @@ class Backlog:
         """Workloads not eligible after ``released``: deactivated, or in backoff."""
         return self._held
 
+    def layout(self) -> tuple[object, ...]:
+        """Everything it holds, in its order, as a value: keys, runs by LocalQueue and signature,
+        held keys, backoffs, ``released`` (two backlogs with the same layout order the same)."""
+        return (
+            tuple(self._by_key),
+            tuple(
+                (q, tuple((s, tuple(w.key for w in run)) for s, run in runs.items()))
+                for q, runs in self._queues.items()
+            ),
+            tuple(self._held),
+            tuple(sorted(self._backoffs)),
+            self._released,
+        )
+
+    @classmethod
+    def one_by_one(cls, workloads: Iterable[WorkloadInfo], *, released: float = float("-inf")) -> Backlog:
+        """The general construction ``Backlog(workloads)`` stands for: ``add`` each in turn."""
+        out = cls(released=released)
+        for w in workloads:
+            out.add(w)
+        return out
+
     def get(self, key: str) -> WorkloadInfo | None:
         return self._by_key.get(key)
 

@@ -13,6 +13,7 @@ from sched_helpers import gpu_cq, job, lq, nodes, snapshot
 
 from queueing.scheduling import CountingPlacer, run_cycle
 from queueing.scheduling.backlog import Backlog
+from queueing.scheduling.config import SchedulingConfig
 from queueing.scheduling.cycle import CycleMemo, PendingReason, PendingReasons
 from queueing.scheduling.snapshot import FlavorSpec, Taint
 
@@ -162,17 +163,6 @@ def test_shapes_are_kept_for_the_same_flavors_only() -> None:
     assert next(iter(memo.shapes.values())) is not shape
 
 
-def _structure(b: Backlog) -> tuple[object, ...]:
-    """Everything a Backlog holds, in its order: keys, runs by queue and signature, held, backoffs."""
-    return (
-        [w.key for w in b],
-        [(q, [(s, [w.key for w in run]) for s, run in runs.items()]) for q, runs in b.queues.items()],
-        list(b.held),
-        sorted(b._backoffs),
-        b.released,
-    )
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(
@@ -196,7 +186,8 @@ def test_backlog_built_at_once_is_built_one_by_one(rows: list[tuple[Any, ...]], 
         replace(job(f"w{n}", g, queue=q, priority=p, t=t), backoff_until=bo, active=act)
         for n, g, q, p, t, bo, act in rows
     ]
-    one_by_one = Backlog(released=released)
-    for w in ws:
-        one_by_one.add(w)
-    assert _structure(Backlog(ws, released=released)) == _structure(one_by_one)
+    want = Backlog.one_by_one(ws, released=released).layout()
+    assert Backlog(ws, released=released).layout() == want
+    # and what verify mode checks in a cycle (``Nominator``) holds on the same input
+    snap = snapshot([gpu_cq("cq", 4)], [lq("lq-a", "cq"), lq("lq-b", "cq")], ws)
+    run_cycle(snap, CountingPlacer(nodes(1)), max(released, 0.0), SchedulingConfig(verify=True))

@@ -109,11 +109,20 @@ class _Queue:
         return out
 
 
-def eligible_backlog(snapshot: ClusterSnapshot, now: float) -> Backlog:
-    """The snapshot's pending workloads as a backlog released up to ``now``."""
+def eligible_backlog(snapshot: ClusterSnapshot, now: float, verify: bool = False) -> Backlog:
+    """The snapshot's pending workloads as a backlog released up to ``now`` (``verify``: a backlog
+    built at once is checked against one built workload by workload)."""
     backlog = snapshot.backlog
     if backlog is None:
-        return Backlog(snapshot.pending, released=now)
+        got = Backlog(snapshot.pending, released=now)
+        if verify:
+            checked(
+                "Backlog (runs sorted at once)",
+                got.layout(),
+                lambda: Backlog.one_by_one(snapshot.pending, released=now).layout(),
+                "ClusterSnapshot.pending",
+            )
+        return got
     if snapshot.pending:
         raise ValueError("ClusterSnapshot: pending workloads go either in pending or in backlog, not both")
     if now < backlog.released:
@@ -154,7 +163,7 @@ class Nominator:
         self.nominated = snapshot.nominated
         self._ns_ok: dict[tuple[str, str], bool] = {}
         pending = book.pending
-        backlog = eligible_backlog(snapshot, now)
+        backlog = eligible_backlog(snapshot, now, config.verify)
         for wl in backlog.held.values():
             lq = lqs.get(wl.queue_key)
             cq_name = lq.cluster_queue if lq else None
