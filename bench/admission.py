@@ -206,18 +206,20 @@ def api_server_job(body: dict[str, Any], uid: str) -> Job:
 
 
 @contextlib.contextmanager
-def long_lived() -> Iterator[None]:
+def long_lived(collect: bool = False) -> Iterator[None]:
     """Build objects that live as long as the process with automatic garbage collection off, then
     freeze them (``gc.freeze``): every collection while they pile up would walk all of them again
     (building the baseline's 15,000 Jobs and Workloads took 3-4 times as long with it on: 48 of a
-    Job's 60 us validation, 38 of its Workload's 54 us), and later collections skip them. Whatever
-    cyclic garbage the building leaves is collected once, before the freeze."""
+    Job's 60 us validation, 38 of its Workload's 54 us), and later collections skip them. Building
+    leaves no cyclic garbage to collect first (a full collection after the baseline's build freed
+    nothing and took 0.9 s); ``collect``: collect once before freezing (after work that does)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.collect()
+        if collect:
+            gc.collect()
         gc.freeze()
         if enabled:
             gc.enable()

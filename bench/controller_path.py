@@ -232,7 +232,9 @@ def large_cycle(pending: int, cycles: int = 5) -> None:
         got = cycle(memo)
         return time.perf_counter() - t, time.process_time() - c, got
 
-    with admission.long_lived():  # what the first cycle fills in (CEL results per device) lives on too
+    with admission.long_lived(
+        collect=True
+    ):  # what the first cycle fills in (CEL results per device) lives on too
         t_first, res = timed(lambda: cycle(None))  # CEL cold
     decided = _cycle_decisions(res)
     kept = CycleMemo()

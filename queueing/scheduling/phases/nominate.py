@@ -16,6 +16,7 @@ StrictFIFO blocks the queue behind a head that did not get in.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Callable, Mapping
 from fractions import Fraction
@@ -23,7 +24,7 @@ from typing import Any
 
 from queueing.scheduling.assign import Assigner
 from queueing.scheduling.backlog import Backlog
-from queueing.scheduling.config import SchedulingConfig
+from queueing.scheduling.config import AdmissionFairSharingConfig, SchedulingConfig
 from queueing.scheduling.decisions import PendingReason
 from queueing.scheduling.fairshare import share_key
 from queueing.scheduling.ordering import weighted_usage
@@ -134,6 +135,34 @@ def eligible_backlog(snapshot: ClusterSnapshot, now: float, verify: bool = False
     return backlog
 
 
+class _WithinKey:
+    """The order within a ClusterQueue (see the module doc). Refers to nothing that refers to its
+    queues, so that a cycle's queues go with the cycle, without waiting for the garbage collector."""
+
+    def __init__(
+        self,
+        nominated: frozenset[str],
+        afs: AdmissionFairSharingConfig | None,
+        lqs: Mapping[str, LocalQueueSpec],
+        lq_usage: Mapping[str, Mapping[str, float]],
+    ) -> None:
+        self.nominated = nominated
+        self.afs = afs
+        self.lqs = lqs
+        self.lq_usage = lq_usage
+
+    def lq_share(self, wl: WorkloadInfo) -> float:
+        afs = self.afs
+        if afs is None:
+            return 0.0
+        lq = self.lqs[wl.queue_key]
+        return weighted_usage(self.lq_usage.get(lq.key, {}), afs, lq.fair_weight)
+
+    def key(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[int, float, int, float, str]:
+        s = self.lq_share(wl) if (self.afs is not None and cq.admission_fair_sharing) else 0.0
+        return (0 if wl.key in self.nominated else 1, s, -wl.priority, wl.order_time, wl.key)
+
+
 class Nominator:
     """The heads of all ClusterQueues, best first (see the module doc)."""
 
@@ -162,6 +191,7 @@ class Nominator:
         self.afs = config.admission_fair_sharing
         self.nominated = snapshot.nominated
         self._ns_ok: dict[tuple[str, str], bool] = {}
+        self.within = _WithinKey(self.nominated, self.afs, lqs, book.lq_usage)
         pending = book.pending
         backlog = eligible_backlog(snapshot, now, config.verify)
         for wl in backlog.held.values():
@@ -184,8 +214,7 @@ class Nominator:
             else:
                 queues.setdefault(to, {}).update(runs)
         self.qs = {
-            name: _Queue(runs, (lambda w, c=cqs[name]: self.within_key(c, w)))  # type: ignore[misc]
-            for name, runs in queues.items()
+            name: _Queue(runs, functools.partial(self.within.key, cqs[name])) for name, runs in queues.items()
         }
         # the best head over all ClusterQueues: a heap of (head key, version, queue); an entry is
         # current while its version is the queue's. A queue's key is recomputed when its head
@@ -237,17 +266,6 @@ class Nominator:
     def key_nodes(self, cq_name: str) -> list[str]:
         tree = self.book.tree
         return tree.path(cq_name)[1:] if self.config.fair_sharing.enable else [tree.root_of(cq_name)]
-
-    def lq_share(self, wl: WorkloadInfo) -> float:
-        afs = self.afs
-        if afs is None:
-            return 0.0
-        lq = self.lqs[wl.queue_key]
-        return weighted_usage(self.book.lq_usage.get(lq.key, {}), afs, lq.fair_weight)
-
-    def within_key(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[int, float, int, float, str]:
-        s = self.lq_share(wl) if (self.afs is not None and cq.admission_fair_sharing) else 0.0
-        return (0 if wl.key in self.nominated else 1, s, -wl.priority, wl.order_time, wl.key)
 
     def _derive_estimate(
         self, cq: ClusterQueueSpec, wl: WorkloadInfo, by: Assigner
