@@ -50,7 +50,6 @@ Plans recorded in a Workload's ``status.admission`` (after a restart) come in as
 from __future__ import annotations
 
 import json
-import weakref
 from collections import OrderedDict
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
@@ -544,6 +543,10 @@ class _PlanInfo:
     shared: bool  # a pod uses or allocates a shared claim (then applied pod by pod)
 
 
+# the key under which a plan keeps its ``_PlanInfo`` (with the placer's token) in its ``__dict__``
+_PLAN_INFO = "_plan_info"
+
+
 def _counted(p: Pick) -> bool:
     """Whether a pick may change ``Usage.node_taken``: an exclusive node-local device."""
     return not p.admin_access and not p.device.multi and p.device.node_name is not None
@@ -603,9 +606,9 @@ class DraPlacer:
         self._resolved: dict[RecordedPlan, DraPlan] = {}
         self._specs: dict[tuple[object, ...], PodSpec] = {}  # see ``_spec``
         self._free: _FreeCounts | None = None  # built on first use, then kept in step
-        # plan -> see ``_info``; an entry goes with its plan (a plan lives as long as a state or a
-        # result holds it: most are tried and dropped within a cycle)
-        self._plan_info: weakref.WeakKeyDictionary[DraPlan, _PlanInfo] = weakref.WeakKeyDictionary()
+        # see ``_info``: kept on the plan itself under this placer's token (so that it goes with the
+        # plan: most plans are tried and dropped within a cycle), as ``cached_property`` keeps a value
+        self._plan_token = object()
         self._published: frozenset[str] | None = None  # see ``_published_resources``
         self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str, tuple[str, ...]]] = {}
         # DeviceClass names -> nodes (cluster order) that have devices of every one of them
@@ -1253,9 +1256,9 @@ class DraPlacer:
         node's allocatable, summed per node (exact sums: adding them at once equals adding them pod
         by pod); its pods' own picks, pod by pod; the node-local exclusive devices they take, per node
         (``_count_taken`` over them in one step per node ends where counting pick by pick ends)."""
-        hit = self._plan_info.get(plan)
-        if hit is not None:
-            return hit
+        hit: tuple[object, _PlanInfo] | None = plan.__dict__.get(_PLAN_INFO)
+        if hit is not None and hit[0] is self._plan_token:
+            return hit[1]
         cs = self.cluster
         per: dict[int, dict[str, Fraction]] = {}
         for pp in plan.pods:
@@ -1279,8 +1282,13 @@ class DraPlacer:
         return self._keep_info(plan, _PlanInfo(totals, picks, tuple(taken.items()), shared))
 
     def _keep_info(self, plan: DraPlan, info: _PlanInfo) -> _PlanInfo:
-        self._plan_info[plan] = info
+        plan.__dict__[_PLAN_INFO] = (self._plan_token, info)
         return info
+
+    def _kept_info(self, plan: DraPlan) -> _PlanInfo | None:
+        """What ``_info`` has kept for ``plan`` (None: nothing), dropping it (for tests)."""
+        hit: tuple[object, _PlanInfo] | None = plan.__dict__.pop(_PLAN_INFO, None)
+        return hit[1] if hit is not None and hit[0] is self._plan_token else None
 
     def _apply(self, plan: DraPlan) -> None:
         cs = self.cluster
