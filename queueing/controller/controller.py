@@ -62,6 +62,8 @@ from queueing.api.v1beta1 import (
     WorkloadPriorityClass,
 )
 from queueing.cache import ClusterCache, light_pod
+from queueing.cache.reasons import ReasonChanges, pending_groups
+from queueing.cache.workloads import PendingWorkloads
 from queueing.config import Config
 from queueing.controller import evict as ev
 from queueing.controller.evict import Evicting
@@ -140,7 +142,7 @@ from queueing.ledger.state import LocalQueueSpec as LedgerLocalQueue
 from queueing.ledger.state import QuotaSpec
 from queueing.ledger.state import WorkloadSpec as LedgerWorkload
 from queueing.scheduling.cycle import Admission as CycleAdmission
-from queueing.scheduling.cycle import PendingReason, inactive_cluster_queues, run_cycle
+from queueing.scheduling.cycle import CycleMemo, PendingReason, inactive_cluster_queues, run_cycle
 from queueing.scheduling.dra_placer import DraPlacer
 from queueing.scheduling.fairshare import weighted_shares
 from queueing.scheduling.from_api import (
@@ -156,6 +158,7 @@ from queueing.scheduling.from_api import _device as allocated_device  # one conv
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, workload_for_job, workload_for_pod_group
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
 from queueing.scheduling.placer import Placement
+from queueing.scheduling.preemption import PlanMemo
 from queueing.scheduling.quota import cohort_cycles
 from queueing.scheduling.requeue import next_requeue
 from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
@@ -285,6 +288,37 @@ class Controller:
             self.all_pods,
         ):
             mirrored.add_mirror(self.cache.apply)
+        # the pending Workloads, kept by deltas (see queueing/cache/workloads.py): a Workload's
+        # WorkloadInfo is built once per version, the backlog's runs stay sorted between cycles
+        self.pending = PendingWorkloads(verify=self.verify)
+        self.reasons = ReasonChanges(self.verify)  # the last pending reason written, per workload
+        self._memo = CycleMemo()  # what cycles share (bound to the queue objects and the placer)
+        self._memo_changes = -1  # the cluster cache's change count the memo's plans were made at
+        self._ctx: ApiContext | None = None  # built again when what it holds changed
+        self._specs: Any = None  # queue_specs(...): built again on a queue, cohort or flavor delta
+        self._wl_uids: dict[str, str] = {}  # Workload UID -> key
+        self._owned: dict[str, str] = {}  # controlling owner's UID -> key of its Workload
+        self._dirty_jobs: set[str] = set()  # Jobs (keys) to look at in the next sync
+        self._all_jobs_dirty = True
+        self._admitted_seen: dict[str, str] = {}  # uid -> key of the admissions the pending set knows
+        self.workloads.add_mirror(self._workload_delta)
+        self.jobs.add_mirror(lambda old, new: self._dirty_jobs.add((new or old).key))  # type: ignore[union-attr]
+        for queue_informer in (
+            self.flavors,
+            self.cohorts,
+            self.cluster_queues,
+            self.local_queues,
+            self.namespaces,
+        ):
+            queue_informer.add_mirror(self._queues_delta)
+        for context_informer in (
+            self.device_classes,
+            self.templates,
+            self.workload_priority_classes,
+            self.priority_classes,
+        ):
+            context_informer.add_mirror(self._context_delta)
+        self.claims.add_mirror(self._claim_delta)
         self.informers: list[Informer[Any]] = [
             self.flavors,
             self.cohorts,
@@ -335,6 +369,62 @@ class Controller:
         self.leading = False
         self.synced = asyncio.Event()  # set after every completed sync (tests wait on conditions)
 
+    # ------------------------------------------------------------------ deltas
+    def _workload_delta(self, old: Workload | None, new: Workload | None) -> None:
+        """A Workload changed: the indexes by UID and owner, the pending set and its owner Job."""
+        for wl, present in ((old, False), (new, True)):
+            if wl is None:
+                continue
+            uid = wl.metadata.uid or ""
+            if present:
+                self._wl_uids[uid] = wl.key
+            elif self._wl_uids.get(uid) == wl.key:
+                del self._wl_uids[uid]
+            for o in wl.metadata.owner_references or []:
+                if not o.controller:
+                    continue
+                if present:
+                    self._owned[o.uid] = wl.key
+                elif self._owned.get(o.uid) == wl.key:
+                    del self._owned[o.uid]
+                if o.kind == "Job":
+                    self._dirty_jobs.add(f"{wl.namespace}/{o.name}")
+            self.pending.mark(wl.key)
+
+    def _queues_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        self._specs = None
+
+    def _context_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        self._ctx = None
+        self.pending.context_changed()
+
+    def _claim_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        self._ctx = None
+        self.pending.claim_changed((new or old).key)  # type: ignore[union-attr]
+
+    def _workload_by_uid(self, uid: str) -> Workload | None:
+        key = self._wl_uids.get(uid)
+        return self.workloads.get_key(key) if key is not None else None
+
+    def _note_admitted(self) -> None:
+        """Admissions taken or given back since the last call: their Workloads and Jobs are looked at
+        again (whether a Workload is pending depends on the controller's record, not only the object)."""
+        seen = self._admitted_seen
+        for uid in [u for u in seen if u not in self.admitted]:
+            self._mark_workload(seen.pop(uid))
+        for uid, a in self.admitted.items():
+            if uid not in seen:
+                seen[uid] = a.key
+                self._mark_workload(a.key)
+
+    def _mark_workload(self, key: str) -> None:
+        self.pending.mark(key)
+        wl = self.workloads.get_key(key)
+        if wl is not None:
+            for o in wl.metadata.owner_references or []:
+                if o.controller and o.kind == "Job":
+                    self._dirty_jobs.add(f"{wl.namespace}/{o.name}")
+
     # ------------------------------------------------------------------ lifecycle
     def _on_change(self, old: KubeObject | None, new: KubeObject | None) -> None:
         if new is None and old is not None:
@@ -383,6 +473,9 @@ class Controller:
         self.evicting.clear()
         self._ledger_cqs.clear()
         self._ledger_lqs.clear()
+        self._admitted_seen.clear()
+        self.pending.mark_all()
+        self._all_jobs_dirty = True
         await self._sync_ledger_queues()
         await self.recover()
         self.leading = True
@@ -505,7 +598,7 @@ class Controller:
                 if wl is not None:
                     await self._record(wl)
         state = await self.ledger.load_state()
-        self._recorded = set(state.admissions) | set(state.pending)
+        self._recorded = (set(state.admissions) | set(state.pending)) & self._wl_uids.keys()
         ctx = self._context()
         for uid, adm in state.admissions.items():
             wl = by_uid.get(uid)
@@ -568,6 +661,7 @@ class Controller:
         if not self.may_act():
             return
         self.stats.syncs += 1
+        self._note_admitted()
         await self._sync_ledger_queues()
         await self._sync_jobs()
         await self._sync_pod_groups()
@@ -663,14 +757,6 @@ class Controller:
         self._recorded.add(uid)
 
     # ---- Jobs
-    def _workloads_by_owner(self) -> dict[str, Workload]:
-        out: dict[str, Workload] = {}
-        for wl in self.workloads.list():
-            for o in wl.metadata.owner_references or []:
-                if o.controller:
-                    out[o.uid] = wl
-        return out
-
     def _job_of(self, wl: Workload) -> Job | None:
         for o in wl.metadata.owner_references or []:
             if o.controller and o.kind == "Job":
@@ -680,25 +766,46 @@ class Controller:
         return None
 
     async def _sync_jobs(self) -> None:
-        owned = self._workloads_by_owner()
+        """The Jobs whose delta arrived (or whose Workload's, or whose admission changed) since the
+        last sync; every Job after a start or a resync."""
+        if self._all_jobs_dirty:
+            self._all_jobs_dirty = False
+            self._dirty_jobs.clear()
+            keys = self.jobs.keys()
+        else:
+            keys = sorted(self._dirty_jobs)
+            self._dirty_jobs.clear()
+        try:
+            await self._sync_these_jobs(keys)
+        except BaseException:
+            self._dirty_jobs.update(keys)  # looked at again at the next sync
+            raise
+
+    def _owned_workload(self, owner_uid: str) -> Workload | None:
+        key = self._owned.get(owner_uid)
+        return self.workloads.get_key(key) if key is not None else None
+
+    async def _sync_these_jobs(self, keys: list[str]) -> None:
         wpcs = {w.name: w.value for w in self.workload_priority_classes.list()}
         pcs = {p.name: p.value for p in self.priority_classes.list()}
 
         finished: list[tuple[Workload, bool, Job | None]] = []
         todo: list[Job] = []  # Jobs not finished that need a write (see ``sync``)
-        for job in self.jobs.list():
+        for job in [j for k in keys if (j := self.jobs.get_key(k)) is not None]:
             if job.metadata.deletion_timestamp:
                 continue
             done, succeeded = job_finished(job)
             if not done:
-                wl = owned.get(job.metadata.uid or "")
+                wl = self._owned_workload(job.metadata.uid or "")
                 if wl is None or (not job.spec.suspend and wl.metadata.uid not in self.admitted):
                     todo.append(job)
-            elif (wl := owned.get(job.metadata.uid or "")) is not None and not wl.status.is_true(FINISHED):
+            elif (wl := self._owned_workload(job.metadata.uid or "")) is not None and not wl.status.is_true(
+                FINISHED
+            ):
                 finished.append((wl, succeeded, job))
 
         async def sync(job: Job) -> None:
-            wl = owned.get(job.metadata.uid or "")
+            wl = self._owned_workload(job.metadata.uid or "")
             uid = wl.metadata.uid if wl is not None else None
             if not job.spec.suspend and (uid is None or uid not in self.admitted):
                 await self._suspend(job, "not admitted by queueing: suspended until its Workload is admitted")
@@ -837,8 +944,7 @@ class Controller:
         await self.events.emit(wl, "Normal", "Finished", f"{msg}; quota released")
 
     async def _forget_deleted(self) -> None:
-        present = {w.metadata.uid for w in self.workloads.list()}
-        self._recorded.intersection_update(present)  # e.g. recovered from the ledger, Workload gone since
+        present = self._wl_uids
         for uid in [u for u in self.admitted if u not in present]:
             with contextlib.suppress(NotAdmitted):
                 await self.ledger.release(
@@ -886,6 +992,8 @@ class Controller:
 
     # ---- scheduling
     def _context(self) -> ApiContext:
+        if self._ctx is not None:
+            return self._ctx
         objs: list[KubeObject] = [
             *self.device_classes.list(),
             *self.templates.list(),
@@ -893,54 +1001,69 @@ class Controller:
             *self.workload_priority_classes.list(),
             *self.priority_classes.list(),
         ]
-        return ApiContext.from_objects(objs)
+        self._ctx = ApiContext.from_objects(objs)
+        return self._ctx
 
-    def _pending(self, ctx: ApiContext) -> tuple[list[WorkloadInfo], dict[str, Workload], dict[str, str]]:
-        infos: list[WorkloadInfo] = []
-        by_key: dict[str, Workload] = {}
-        invalid: dict[str, str] = {}
-        for wl in self.workloads.list():
-            uid = wl.metadata.uid or ""
-            if uid in self.admitted or wl.status.is_true(FINISHED) or wl.metadata.deletion_timestamp:
-                continue
-            if wl.status.is_true(QUOTA_RESERVED):
-                continue  # admitted elsewhere (revoked at start if the ledger does not know it)
-            by_key[wl.key] = wl
-            try:
-                rs = wl.status.requeue_state
-                backoff = _epoch(rs.requeue_at) if rs is not None and rs.requeue_at else None
-                if backoff is not None and backoff > self.clock():
-                    self._wake_at(backoff)
-                infos.append(
-                    workload_info(
-                        wl,
-                        ctx,
-                        creation_time=_epoch(wl.metadata.creation_timestamp),
-                        backoff_until=backoff or None,
-                    )
-                )
-            except FromApiError as e:
-                invalid[wl.key] = str(e)
-        return infos, by_key, invalid
+    def _pending_eligible(self, wl: Workload) -> bool:
+        """Whether the cycle considers the Workload: not admitted (by the controller's record), not
+        finished or being deleted, and not holding quota elsewhere (revoked at start if the ledger
+        does not know it)."""
+        return not (
+            (wl.metadata.uid or "") in self.admitted
+            or wl.metadata.deletion_timestamp
+            or wl.status.is_true(FINISHED)
+            or wl.status.is_true(QUOTA_RESERVED)
+        )
+
+    def _workload_info(self, wl: Workload, ctx: ApiContext) -> WorkloadInfo:
+        rs = wl.status.requeue_state
+        backoff = _epoch(rs.requeue_at) if rs is not None and rs.requeue_at else None
+        if backoff is not None and backoff > self.clock():
+            self._wake_at(backoff)
+        return workload_info(
+            wl,
+            ctx,
+            creation_time=_epoch(wl.metadata.creation_timestamp),
+            backoff_until=backoff or None,
+        )
+
+    def _refresh_pending(self) -> PendingWorkloads:
+        """The pending set in step with the deltas since the last cycle (see PendingWorkloads)."""
+        self._note_admitted()
+        ctx = self._context()
+        changed = self.pending.refresh(
+            self.workloads.get_key,
+            self.workloads.list,
+            self._pending_eligible,
+            functools.partial(self._workload_info, ctx=ctx),
+        )
+        for key in changed:
+            self.reasons.forget(key)  # compared with the Workload as it is now (_set_pending)
+        return self.pending
+
+    def _queue_specs(self) -> Any:
+        if self._specs is None:
+            self._specs = queue_specs(
+                [
+                    *self.flavors.list(),
+                    *self.cluster_queues.list(),
+                    *self.cohorts.list(),
+                    *self.local_queues.list(),
+                    *self.namespaces.list(),
+                ]
+            )
+        return self._specs
 
     async def _schedule(self) -> None:
-        ctx = self._context()
-        pending, by_key, invalid = self._pending(ctx)
-        specs = queue_specs(
-            [
-                *self.flavors.list(),
-                *self.cluster_queues.list(),
-                *self.cohorts.list(),
-                *self.local_queues.list(),
-                *self.namespaces.list(),
-            ]
-        )
-        for key, msg in invalid.items():
+        pw = self._refresh_pending()
+        by_key, invalid = pw.objects, pw.invalid
+        specs = self._queue_specs()
+        for key, msg in list(invalid.items()):
             await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", msg))
         draining = any(q.stop_policy == "HoldAndDrain" for q in specs.cluster_queues) or any(
             q.stop_policy == "HoldAndDrain" for q in specs.local_queues
         )
-        if not pending and not (draining and self.admitted):
+        if not len(pw.backlog) and not (draining and self.admitted):
             # no cycle to run, but a queue on a cohort cycle, stopped or missing a flavor is inactive all
             # the same
             self.inactive_cluster_queues = inactive_cluster_queues(
@@ -951,36 +1074,35 @@ class Controller:
             self._pending_metrics({}, by_key)
             return
         admitted = tuple(self._as_admitted(uid, a) for uid, a in self.admitted.items())
+        now = self.clock()
         snapshot = ClusterSnapshot(
             cluster_queues=specs.cluster_queues,
             cohorts=specs.cohorts,
             local_queues=specs.local_queues,
             flavors=specs.flavors,
-            pending=tuple(pending),
+            backlog=pw.prepare(now),
             admitted=admitted,
             # a preemptor whose plan was carried out goes first (read from the Workload, so that it
             # holds across a restart)
-            nominated=frozenset(
-                key
-                for key, w in by_key.items()
-                if (c := w.status.condition(QUOTA_RESERVED)) is not None
-                and c.status == "False"
-                and c.reason == "Preempting"
-            ),
+            nominated=frozenset(pw.nominated),
             namespaces=specs.namespaces,
             local_queue_usage=self.lq_usage,
             cluster_queue_usage=self.cq_usage,
         )
         placer = self._placer()
-        now = self.clock()
+        if self.cache.changes != self._memo_changes:
+            # the preemption questions that failed hold for the placer as it was (the rest of the
+            # memo is checked against the queue objects by identity)
+            self._memo.plans = PlanMemo()
+            self._memo_changes = self.cache.changes
         t0 = time.perf_counter()
         scheduling = self.config.scheduling()
         if self.verify:
             scheduling = scheduling.model_copy(update={"verify": True})
-        result = run_cycle(snapshot, placer, now, scheduling)
+        result = run_cycle(snapshot, placer, now, scheduling, memo=self._memo)
         spent = time.perf_counter() - t0
         self.stats.cycles += 1
-        if pending:
+        if len(pw.backlog):
             self.metrics.admission_attempt("success" if result.admissions else "inadmissible", spent)
             self.metrics.allocator(spent, allocated=bool(result.admissions or result.preemptions))
         self.inactive_cluster_queues = dict(result.inactive_cluster_queues)
@@ -1004,14 +1126,14 @@ class Controller:
             [(wl, adm) for adm in result.admissions if (wl := by_key.get(adm.key)) is not None], now, devices
         )
         admitted_by_key = {a.key: uid for uid, a in self.admitted.items()}
-        by_uid = {w.metadata.uid: w for w in self.workloads.list()}
+        by_uid = self._workload_by_uid
         for plan in result.preemptions:
             wl = by_key.get(plan.preemptor)
             if wl is None:
                 continue
             for victim in plan.victims:
                 vuid = admitted_by_key.get(victim.key)
-                vwl = by_uid.get(vuid) if vuid else None
+                vwl = by_uid(vuid) if vuid else None
                 if vuid is None or vwl is None or vuid in self.evicting:
                     continue  # already being evicted (a stuck victim is not evicted twice)
                 msg = ev.preemption_message(wl.key, wl.metadata.uid or "", plan.cluster_queue, victim.reason)
@@ -1022,13 +1144,19 @@ class Controller:
             await self._set_pending(wl, PendingReason(plan.cluster_queue, "Preempting", plan.message))
         for drain in result.evictions:  # HoldAndDrain
             vuid = admitted_by_key.get(drain.key)
-            vwl = by_uid.get(vuid) if vuid else None
+            vwl = by_uid(vuid) if vuid else None
             if vuid is not None and vwl is not None and vuid not in self.evicting:
                 await self._start_eviction(vwl, drain.reason, drain.message)
-        for key, reason in result.pending.items():
-            wl = by_key.get(key)
-            if wl is not None:
-                await self._set_pending(wl, reason)
+        # the reasons that changed since the last ones written (compared by groups: a run of
+        # workloads shares one reason object), each as written to its workload
+        changed = [(k, r) for k, r in self.reasons.changes(result.pending, pw.backlog) if k in by_key]
+        for i, (key, reason) in enumerate(changed):
+            try:
+                await self._set_pending(by_key[key], reason.for_workload(key))
+            except BaseException:
+                for k, _ in changed[i:]:
+                    self.reasons.forget(k)  # not written: compared again next time
+                raise
         self._pending_metrics(result.pending, by_key)
 
     def _as_admitted(self, uid: str, a: AdmittedWorkload) -> AdmittedWorkload:
@@ -1059,14 +1187,17 @@ class Controller:
         """Gauges: pending (active / inadmissible) and admitted per ClusterQueue; quota usage."""
         cq_of_lq = {lq.key: lq.spec.cluster_queue for lq in self.local_queues.list()}
         counts: dict[str, list[int]] = {cq.name: [0, 0] for cq in self.cluster_queues.list()}
+        # workload key -> (its reason's ClusterQueue, inadmissible), by groups (no message rendered)
+        reason_of: dict[str, tuple[str | None, bool]] = {}
+        for ws, one, pr in pending_groups(pending):
+            seen = (pr.cluster_queue, pr.reason in ("Inadmissible", "Deactivated"))
+            keys = [w.key for w in ws] if ws is not None else [one] if one is not None else []
+            reason_of.update(dict.fromkeys(keys, seen))
         for key, wl in by_key.items():
-            reason = pending.get(key)
-            cq = (reason.cluster_queue if reason is not None else None) or cq_of_lq.get(
-                f"{wl.namespace or 'default'}/{wl.spec.queue_name}"
-            )
+            rcq, bad = reason_of.get(key, (None, False))
+            cq = rcq or cq_of_lq.get(f"{wl.namespace or 'default'}/{wl.spec.queue_name}")
             if cq is None or cq not in counts:
                 continue
-            bad = reason is not None and reason.reason in ("Inadmissible", "Deactivated")
             counts[cq][1 if bad else 0] += 1
         admitted: dict[str, int] = dict.fromkeys(counts, 0)
         usage: dict[tuple[str, str, str], Any] = {}
@@ -1079,13 +1210,14 @@ class Controller:
             self.metrics.set_pending(cq, active=active, inadmissible=inadmissible)
         for cq, n in admitted.items():
             self.metrics.set_admitted_active(cq, n)
-        for cq in self.cluster_queues.list():
-            for g in cq.spec.resource_groups or []:
+        for cq_obj in self.cluster_queues.list():
+            name = cq_obj.name
+            for g in cq_obj.spec.resource_groups or []:
                 for fq in g.flavors:
                     for r in fq.resources:
-                        self.metrics.set_nominal_quota(cq.name, fq.name, r.name, r.nominal_quota)
+                        self.metrics.set_nominal_quota(name, fq.name, r.name, r.nominal_quota)
                         self.metrics.set_usage(
-                            cq.name, fq.name, r.name, float(usage.get((cq.name, fq.name, r.name), 0))
+                            name, fq.name, r.name, float(usage.get((name, fq.name, r.name), 0))
                         )
 
     def _claim_specs(self, wl: Workload) -> dict[str, ResourceClaimSpec]:
@@ -1213,7 +1345,7 @@ class Controller:
     async def _write_pending_status(self) -> None:
         """Admissions whose status write did not hold yet (the ledger has them): write again."""
         for uid in sorted(self.status_todo):
-            wl = next((w for w in self.workloads.list() if w.metadata.uid == uid), None)
+            wl = self._workload_by_uid(uid)
             adm = self.admissions.get(uid)
             if wl is None or adm is None:
                 self.status_todo.discard(uid)
@@ -1273,11 +1405,13 @@ class Controller:
         self.wake()
 
     def resync(self) -> None:
-        """Full re-sync: the ledger's queues are written again if they differ and every Workload is
-        looked at again (the informers keep their caches current by watch; this catches anything a
-        write in between missed)."""
+        """Full re-sync: the ledger's queues are written again if they differ and every Workload and
+        Job is looked at again (the informers keep their caches current by watch; this catches anything
+        a write in between missed)."""
         self._ledger_cqs.clear()
         self._ledger_lqs.clear()
+        self.pending.mark_all()
+        self._all_jobs_dirty = True
         self.wake()
 
     def recheck_inadmissible(self) -> None:
@@ -1402,10 +1536,9 @@ class Controller:
 
     async def _drive_evictions(self) -> None:
         """Step 2 for every eviction in progress; step 3 and 4 for those whose pods and claims are gone."""
-        by_uid = {w.metadata.uid: w for w in self.workloads.list()}
         now = self.clock()
         for uid, e in sorted(self.evicting.items()):
-            wl = by_uid.get(uid)
+            wl = self._workload_by_uid(uid)
             admission = self.admissions.get(uid)
             if wl is None or admission is None:
                 self.evicting.pop(uid, None)
@@ -1522,14 +1655,13 @@ class Controller:
         Ready within the timeout, whose planned node is gone, or whose planned device is tainted
         NoExecute."""
         wfpr = self.config.wait_for_pods_ready
-        by_uid = {w.metadata.uid: w for w in self.workloads.list()}
         nodes = {n.name for n in self.nodes.list()}
         tainted = _tainted_devices(self.slices.list())
         now = self.clock()
         for uid in sorted(self.admitted):
             if uid in self.evicting or uid in self.status_todo:
                 continue
-            wl = by_uid.get(uid)
+            wl = self._workload_by_uid(uid)
             admission = self.admissions.get(uid)
             if wl is None or admission is None or wl.status.is_true(FINISHED):
                 continue
@@ -1673,14 +1805,13 @@ class Controller:
 
     async def _bind(self) -> None:
         self._upstream = None  # what kube-scheduler sees now (built when a decision needs it)
-        by_uid = {w.metadata.uid: w for w in self.workloads.list()}
         pods_by_wl: dict[str, list[Pod]] = {}
         for p in self.pods.list():
             pods_by_wl.setdefault(p.labels.get(WORKLOAD_UID_LABEL, ""), []).append(p)
         groups = self._groups()
 
         async def bind(uid: str) -> None:
-            wl = by_uid.get(uid)
+            wl = self._workload_by_uid(uid)
             admission = self.admissions.get(uid)
             if wl is None or admission is None:
                 return
