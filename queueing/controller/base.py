@@ -49,9 +49,7 @@ from queueing.controller.evict import Evicting
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
     GATE_PLACEMENT,
-    ORIGINAL_PARALLELISM_ANNOTATION,
     POD_GROUP_LABEL,
-    POD_GROUP_TOTAL_ANNOTATION,
     WORKLOAD_UID_LABEL,
 )
 from queueing.controller.records import FieldView, FlagView, Records
@@ -60,6 +58,7 @@ from queueing.dra.binding import (
     BindingDecision,
     UpstreamView,
 )
+from queueing.integrations.job import BatchJob
 from queueing.kube.client import (
     CLUSTER_QUEUES,
     COHORTS,
@@ -466,11 +465,7 @@ class ControllerBase:
     async def _suspend(self, job: Job, why: str) -> None:
         """Suspend a Job (its pods are deleted by the Job controller); a partial admission's lowered
         parallelism is given back in the same write (as Kueue restores the pod set info)."""
-        body: dict[str, Any] = {"spec": {"suspend": True}}
-        original = _original_parallelism(job)
-        if original is not None:
-            body["spec"]["parallelism"] = original
-            body["metadata"] = {"annotations": {ORIGINAL_PARALLELISM_ANNOTATION: None}}
+        body = BatchJob(job).suspend_patch()
         raw = await retrying(
             lambda: self.kube.patch(JOBS, job.name, body, job.namespace),
             what=f"suspend Job {job.key}",
@@ -525,21 +520,6 @@ class ControllerBase:
             raise
         out: Workload | None = self.workloads.observe(raw)
         return out
-
-
-def _total(pod: Pod) -> int:
-    raw = pod.annotations.get(POD_GROUP_TOTAL_ANNOTATION, "")
-    return int(raw) if raw.isdigit() and int(raw) > 0 else 1
-
-
-def _original_parallelism(job: Job) -> int | None:
-    """The parallelism a partially admitted Job had before the controller lowered it."""
-    raw = job.annotations.get(ORIGINAL_PARALLELISM_ANNOTATION, "")
-    return int(raw) if raw.isdigit() else None
-
-
-def _ended(pod: Pod) -> bool:
-    return (pod.status.phase or "") in ("Succeeded", "Failed")
 
 
 def _pod_set_of(wl: Workload, pod: Pod) -> str | None:

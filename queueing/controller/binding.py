@@ -23,7 +23,6 @@ from queueing.controller.base import (
     ControllerBase,
     _allocated_results,
     _gated,
-    _original_parallelism,
     _pod_set_of,
     _without_nulls,
     log,
@@ -54,6 +53,7 @@ from queueing.dra.binding import (
     device_results,
 )
 from queueing.faults import fault_point
+from queueing.integrations.job import original_parallelism as _original_parallelism
 from queueing.kube.client import (
     JOBS,
     PODS,

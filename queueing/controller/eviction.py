@@ -25,7 +25,6 @@ from queueing.api.v1beta1 import (
 from queueing.controller import evict as ev
 from queueing.controller.base import (
     _dump,
-    _ended,
     _epoch,
     _pod_ready,
     _tainted_devices,
@@ -41,6 +40,7 @@ from queueing.controller.plan import (
 )
 from queueing.controller.source import WorkloadSource
 from queueing.faults import fault_point
+from queueing.integrations.podgroup import ended as _ended
 from queueing.kube.client import (
     PODS,
     RESOURCE_CLAIMS,

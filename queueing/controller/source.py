@@ -14,19 +14,17 @@ from queueing.api.v1beta1 import (
 )
 from queueing.controller.base import (
     _dump,
-    _ended,
-    _total,
 )
 from queueing.controller.binding import PlanBinding
 from queueing.controller.plan import (
-    job_finished,
     with_condition,
 )
 from queueing.faults import fault_point
+from queueing.integrations import BatchJob, PodGroup
 from queueing.kube.writes import each
 from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.repository import LedgerError, NotAdmitted
-from queueing.scheduling.jobs import WorkloadError, workload_for_job, workload_for_pod_group
+from queueing.scheduling.jobs import WorkloadError
 
 
 class WorkloadSource(PlanBinding):
@@ -59,7 +57,7 @@ class WorkloadSource(PlanBinding):
         for job in [j for k in keys if (j := self.jobs.get_key(k)) is not None]:
             if job.metadata.deletion_timestamp:
                 continue
-            done, succeeded = job_finished(job)
+            done, succeeded = BatchJob(job).finished()
             if not done:
                 wl = self._owned_workload(job.metadata.uid or "")
                 if wl is None or (not job.spec.suspend and wl.metadata.uid not in self.admitted):
@@ -76,7 +74,7 @@ class WorkloadSource(PlanBinding):
                 await self._suspend(job, "not admitted by queueing: suspended until its Workload is admitted")
             if wl is None:
                 try:
-                    want = workload_for_job(job, wpcs, pcs)
+                    want = BatchJob(job).workload(wpcs, pcs)
                 except WorkloadError as e:
                     await self.events.emit(job, "Warning", "InvalidJob", str(e))
                     return
@@ -104,20 +102,25 @@ class WorkloadSource(PlanBinding):
         """A pod group becomes one Workload once all its pods exist; it finishes when they all ended."""
         wpcs = {w.name: w.value for w in self.workload_priority_classes.list()}
         pcs = {p.name: p.value for p in self.priority_classes.list()}
-        for (ns, group), pods in sorted(self._groups().items()):
-            wl = self.workloads.get(f"pod-group-{group}"[:253], ns)
+        for (ns, name), pods in sorted(self._groups().items()):
+            group = PodGroup(ns, name, pods)
+            wl = self.workloads.get(group.workload_name, ns)
             if wl is not None:
                 if wl.status.is_true(FINISHED) or wl.metadata.uid not in self.admitted:
                     continue
-                if len(pods) >= _total(pods[0]) and all(_ended(p) for p in pods):
-                    await self._finish(wl, all(p.status.phase == "Succeeded" for p in pods), None)
+                done, succeeded = group.finished()
+                if done:
+                    await self._finish(wl, succeeded, None)
                 continue
-            if len(pods) < _total(pods[0]):
+            if not group.complete():
                 continue  # admitted only when all its pods exist
             try:
-                await self._create_workload(workload_for_pod_group(pods, wpcs, pcs))
+                want = group.workload(wpcs, pcs)
             except WorkloadError as e:
-                await self.events.emit(pods[0], "Warning", "InvalidPodGroup", str(e))
+                await self.events.emit(group.object, "Warning", "InvalidPodGroup", str(e))
+                continue
+            if want is not None:
+                await self._create_workload(want)
 
     async def _finish_all(self, finished: list[tuple[Workload, bool, Job | None]]) -> None:
         """Finished workloads: their quota released in the ledger in one transaction (one by one
