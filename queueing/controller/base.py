@@ -220,11 +220,15 @@ class ControllerBase:
         self._specs: Any = None  # queue_specs(...): built again on a queue, cohort or flavor delta
         self._wl_uids: dict[str, str] = {}  # Workload UID -> key
         self._owned: dict[str, str] = {}  # controlling owner's UID -> key of its Workload
-        self._dirty_jobs: set[str] = set()  # Jobs (keys) to look at in the next sync
+        # Jobs (keys) to look at in the next sync, in the order their deltas came (an ordered set)
+        self._dirty_jobs: dict[str, None] = {}
+        # at most this many Jobs get writes (Workload created, suspended) per sync: the rest wait for
+        # the next, so that a burst of new Jobs does not hold up admissions, starts and finishes
+        self.jobs_per_sync = 256
         self._all_jobs_dirty = True
         self._admitted_seen: dict[str, str] = {}  # uid -> key of the admissions the pending set knows
         self.workloads.add_mirror(self._workload_delta)
-        self.jobs.add_mirror(lambda old, new: self._dirty_jobs.add((new or old).key))  # type: ignore[union-attr]
+        self.jobs.add_mirror(lambda old, new: self._dirty_jobs.setdefault((new or old).key))  # type: ignore[union-attr]
         for queue_informer in (
             self.flavors,
             self.cohorts,
@@ -309,7 +313,7 @@ class ControllerBase:
                 elif self._owned.get(o.uid) == wl.key:
                     del self._owned[o.uid]
                 if o.kind == "Job":
-                    self._dirty_jobs.add(f"{wl.namespace}/{o.name}")
+                    self._dirty_jobs.setdefault(f"{wl.namespace}/{o.name}")
             self.pending.mark(wl.key)
 
     def _queues_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
@@ -344,7 +348,7 @@ class ControllerBase:
         if wl is not None:
             for o in wl.metadata.owner_references or []:
                 if o.controller and o.kind == "Job":
-                    self._dirty_jobs.add(f"{wl.namespace}/{o.name}")
+                    self._dirty_jobs.setdefault(f"{wl.namespace}/{o.name}")
 
     def _on_change(self, old: KubeObject | None, new: KubeObject | None) -> None:
         if new is None and old is not None:

@@ -36,12 +36,12 @@ class WorkloadSource(PlanBinding):
             self._dirty_jobs.clear()
             keys = self.jobs.keys()
         else:
-            keys = sorted(self._dirty_jobs)
+            keys = list(self._dirty_jobs)
             self._dirty_jobs.clear()
         try:
             await self._sync_these_jobs(keys)
         except BaseException:
-            self._dirty_jobs.update(keys)  # looked at again at the next sync
+            self._dirty_jobs.update(dict.fromkeys(keys))  # looked at again at the next sync
             raise
 
     def _owned_workload(self, owner_uid: str) -> Workload | None:
@@ -66,6 +66,10 @@ class WorkloadSource(PlanBinding):
                 FINISHED
             ):
                 finished.append((wl, succeeded, job))
+        if len(todo) > self.jobs_per_sync:  # the rest in the next sync (finishes are never held back)
+            self._dirty_jobs.update(dict.fromkeys(j.key for j in todo[self.jobs_per_sync :]))
+            todo = todo[: self.jobs_per_sync]
+            self._wake.set()
 
         async def sync(job: Job) -> None:
             wl = self._owned_workload(job.metadata.uid or "")

@@ -7,6 +7,7 @@ one built from every Workload in every cycle, and a difference stops the loop)."
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from queueing.controller.controller import Controller
 from queueing.kube.client import JOBS, WORKLOADS, KubeClient
@@ -77,3 +78,27 @@ async def test_a_sync_rebuilds_only_the_workloads_whose_delta_arrived(
         "the Job's new Workload is pending in the deleted one's place",
     )
     assert sum(is_true(workload(emu, n), "Admitted") for n in names) == 2
+
+
+async def test_a_burst_of_jobs_gets_its_workloads_a_batch_per_sync(
+    emu: Emulator, admin: KubeClient, harness: Harness
+) -> None:
+    """At most ``jobs_per_sync`` Jobs get writes in one sync (the rest wait for the next, so that the
+    cycle, starts and finishes run in between); every Job gets its Workload all the same."""
+    ctl = await harness.start()
+    ctl.jobs_per_sync = 2
+    per_sync: dict[int, int] = {}
+    create = ctl._create_workload
+
+    async def counted(wl: Any) -> None:
+        per_sync[ctl.stats.syncs] = per_sync.get(ctl.stats.syncs, 0) + 1
+        await create(wl)
+
+    ctl._create_workload = counted  # type: ignore[method-assign]
+    jobs = emu.store.resource("jobs", "batch")
+    for i in range(7):  # one burst: the informer gets all seven before the controller syncs
+        emu.store.create(jobs, "default", job(f"b{i}", template="gpu-1"))
+    await eventually(
+        lambda: all(workload(emu, f"job-b{i}") is not None for i in range(7)), "every Job has its Workload"
+    )
+    assert sum(per_sync.values()) == 7 and max(per_sync.values()) <= 2, per_sync
