@@ -9,6 +9,8 @@ import time
 from queueing.api.v1beta1 import (
     FINISHED,
     QUOTA_RESERVED,
+    ClusterQueue,
+    LocalQueue,
 )
 from queueing.controller.admission import AdmissionExecutor
 from queueing.controller.base import (
@@ -19,6 +21,7 @@ from queueing.kube.client import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
 )
+from queueing.kube.writes import each
 from queueing.ledger.quota import quota_specs
 from queueing.ledger.state import ClusterQueueSpec as LedgerClusterQueue
 from queueing.ledger.state import CohortSpec as LedgerCohort
@@ -117,28 +120,40 @@ class QueueSync(AdmissionExecutor):
             self.inactive_cluster_queues,
             self.clock(),
         )
-        for cq in self.cluster_queues.list():
-            want = cq_status.get(cq.name)
-            if want is not None and want != _status_dict(cq):
-                raw = await self._patch(
-                    CLUSTER_QUEUES,
-                    cq.name,
-                    {"status": want},
-                    subresource="status",
-                    what=f"status of ClusterQueue {cq.name}",
-                )
-                self.cluster_queues.observe(raw)
-                self._queue_status_at = time.monotonic()
-        for lq in self.local_queues.list():
-            want = lq_status.get(lq.key)
-            if want is not None and want != _status_dict(lq):
-                raw = await self._patch(
-                    LOCAL_QUEUES,
-                    lq.name,
-                    {"status": want},
-                    lq.namespace,
-                    subresource="status",
-                    what=f"status of LocalQueue {lq.key}",
-                )
-                self.local_queues.observe(raw)
-                self._queue_status_at = time.monotonic()
+
+        # the writes side by side (one queue's status never waits for another's)
+        async def write_cq(cq: ClusterQueue) -> None:
+            raw = await self._patch(
+                CLUSTER_QUEUES,
+                cq.name,
+                {"status": cq_status[cq.name]},
+                subresource="status",
+                what=f"status of ClusterQueue {cq.name}",
+            )
+            self.cluster_queues.observe(raw)
+            self._queue_status_at = time.monotonic()
+
+        async def write_lq(lq: LocalQueue) -> None:
+            raw = await self._patch(
+                LOCAL_QUEUES,
+                lq.name,
+                {"status": lq_status[lq.key]},
+                lq.namespace,
+                subresource="status",
+                what=f"status of LocalQueue {lq.key}",
+            )
+            self.local_queues.observe(raw)
+            self._queue_status_at = time.monotonic()
+
+        cqs = [
+            cq
+            for cq in self.cluster_queues.list()
+            if (want := cq_status.get(cq.name)) is not None and want != _status_dict(cq)
+        ]
+        lqs = [
+            lq
+            for lq in self.local_queues.list()
+            if (want := lq_status.get(lq.key)) is not None and want != _status_dict(lq)
+        ]
+        await each(cqs, write_cq, limit=self.write_concurrency)
+        await each(lqs, write_lq, limit=self.write_concurrency)
