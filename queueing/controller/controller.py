@@ -65,6 +65,7 @@ from queueing.cache import ClusterCache, light_pod
 from queueing.config import Config
 from queueing.controller import evict as ev
 from queueing.controller.evict import Evicting
+from queueing.controller.kueue_labels import JobSources
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
     GATE_ADMISSION,
@@ -154,6 +155,7 @@ from queueing.scheduling.from_api import (
 )
 from queueing.scheduling.from_api import _device as allocated_device  # one conversion
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, workload_for_job, workload_for_pod_group
+from queueing.scheduling.kueue_labels import KUEUE_QUEUE_NAME_LABEL
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
 from queueing.scheduling.placer import Placement
 from queueing.scheduling.quota import cohort_cycles
@@ -175,6 +177,18 @@ __all__ = [
 log = logging.getLogger("queueing.controller")
 
 REASON_MAX = 316
+
+
+def nominated_keys(by_key: dict[str, Workload]) -> frozenset[str]:
+    """The pending workloads whose last reason is Preempting: their plan was carried out, they go first
+    (read from the Workload, so that it holds across a restart; the visibility API orders by it too)."""
+    return frozenset(
+        key
+        for key, w in by_key.items()
+        if (c := w.status.condition(QUOTA_RESERVED)) is not None
+        and c.status == "False"
+        and c.reason == "Preempting"
+    )
 
 
 def _epoch(ts: str | None) -> float:
@@ -259,7 +273,11 @@ class Controller:
         self.workload_priority_classes: Informer[WorkloadPriorityClass] = inf(
             WORKLOAD_PRIORITY_CLASSES, WorkloadPriorityClass
         )
-        self.jobs: Informer[Job] = inf(JOBS, Job, label_selector=QUEUE_NAME_LABEL)
+        self.jobs: Informer[Job] | JobSources = inf(JOBS, Job, label_selector=QUEUE_NAME_LABEL)
+        job_informers = [self.jobs]
+        if self.config.accept_kueue_labels:  # acceptKueueLabels: Kueue-labelled Jobs too (kueue_labels.py)
+            job_informers.append(inf(JOBS, Job, label_selector=KUEUE_QUEUE_NAME_LABEL))
+            self.jobs = JobSources(job_informers)
         self.pods: Informer[Pod] = inf(PODS, Pod, label_selector=WORKLOAD_UID_LABEL)
         self.group_pods: Informer[Pod] = inf(PODS, Pod, label_selector=POD_GROUP_LABEL)
         self.nodes: Informer[Node] = inf(NODES, Node)
@@ -292,7 +310,7 @@ class Controller:
             self.local_queues,
             self.workloads,
             self.workload_priority_classes,
-            self.jobs,
+            *job_informers,
             self.pods,
             self.group_pods,
             self.nodes,
@@ -704,7 +722,7 @@ class Controller:
                 await self._suspend(job, "not admitted by queueing: suspended until its Workload is admitted")
             if wl is None:
                 try:
-                    want = workload_for_job(job, wpcs, pcs)
+                    want = workload_for_job(job, wpcs, pcs, self.config.accept_kueue_labels)
                 except WorkloadError as e:
                     await self.events.emit(job, "Warning", "InvalidJob", str(e))
                     return
@@ -960,13 +978,7 @@ class Controller:
             admitted=admitted,
             # a preemptor whose plan was carried out goes first (read from the Workload, so that it
             # holds across a restart)
-            nominated=frozenset(
-                key
-                for key, w in by_key.items()
-                if (c := w.status.condition(QUOTA_RESERVED)) is not None
-                and c.status == "False"
-                and c.reason == "Preempting"
-            ),
+            nominated=nominated_keys(by_key),
             namespaces=specs.namespaces,
             local_queue_usage=self.lq_usage,
             cluster_queue_usage=self.cq_usage,

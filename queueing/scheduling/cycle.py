@@ -38,7 +38,7 @@ from queueing.scheduling.assign import Assigner, Assignment, ShapeCache
 from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.config import SchedulingConfig
 from queueing.scheduling.fairshare import share_key
-from queueing.scheduling.ordering import entry_penalty, usage_by_resource, weighted_usage
+from queueing.scheduling.ordering import entry_penalty, queue_order_key, usage_by_resource, weighted_usage
 from queueing.scheduling.placer import Placer
 from queueing.scheduling.preemption import CohortState, PlanMemo, PreemptionPlan, plan_preemption
 from queueing.scheduling.quota import QuotaTree
@@ -429,7 +429,7 @@ def run_cycle(
 
     def within_key(cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[int, float, int, float, str]:
         s = lq_share(wl) if (afs is not None and cq.admission_fair_sharing) else 0.0
-        return (0 if wl.key in nominated else 1, s, -wl.priority, wl.order_time, wl.key)
+        return queue_order_key(wl, nominated, s)
 
     # expected usage for ordering across queues (first flavor combination, expected device charges);
     # the same for every workload of one fit signature (its queue, pod sets, selectors) in one
