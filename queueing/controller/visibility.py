@@ -182,11 +182,13 @@ class VisibilityServer:
     """Serves the visibility API from a running :class:`Controller`'s informers.
 
     ``await server.start("127.0.0.1:0")`` (``port`` then says which), ``await server.stop()``. With
-    ``cert_file``/``key_file`` it serves HTTPS, as kube-aggregator requires in a cluster."""
+    ``cert_file``/``key_file`` it serves HTTPS, as kube-aggregator requires in a cluster; when they
+    cannot be read it serves nothing and says why in ``error`` and the log (the controller runs on)."""
 
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
         self.port: int | None = None
+        self.error: str | None = None  # why it is not served
         self._runner: web.AppRunner | None = None
 
     # ---------------------------------------------------------------- the state
@@ -273,7 +275,13 @@ class VisibilityServer:
         context = None
         if cert_file and key_file:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            context.load_cert_chain(cert_file, key_file)
+            try:
+                context.load_cert_chain(cert_file, key_file)
+            except (OSError, ssl.SSLError) as e:
+                # the rest of the controller runs on; the API server answers 503 for the group
+                self.error = f"visibility API not served: certificate {cert_file} / {key_file}: {e}"
+                log.error("%s (create the Secret queueing-visibility-cert: docs/kubectl.md)", self.error)
+                return
         runner = web.AppRunner(self.app(), access_log=None)
         await runner.setup()
         self._runner = runner
