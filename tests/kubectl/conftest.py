@@ -37,6 +37,7 @@ class Kubectl:
     """Real kubectl against the emulator, with ``kubectl-queueing`` on PATH (found as a plugin)."""
 
     def __init__(self, emu: Emulator, tmp: Path) -> None:
+        self.cwd = tmp
         self.config = emu.kubeconfig_path(tmp)
         self.env = {
             **os.environ,
@@ -46,8 +47,15 @@ class Kubectl:
         }
 
     async def run(self, *args: str, check: bool = True) -> tuple[int, str, str]:
+        return await self._exec(str(kubectl_path()), *args, check=check)
+
+    async def python(self, *args: str) -> tuple[int, str, str]:
+        """``python ARGS`` (e.g. ``-m queueing ...``) in the same environment and directory."""
+        return await self._exec(sys.executable, *args, check=False)
+
+    async def _exec(self, *args: str, check: bool) -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
-            str(kubectl_path()), *args, env=self.env,
+            *args, env=self.env, cwd=self.cwd,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await asyncio.wait_for(proc.communicate(), 120)
