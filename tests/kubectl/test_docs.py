@@ -5,8 +5,9 @@ The `kubectl ...` and `queueing import-kueue ...` lines of their ``sh`` blocks r
 the emulator's aggregation layer) and the stand-in cluster; `> FILE` writes the output there, as the
 shell would; `# exits N` says the exit code the page promises (else 0). `kubectl apply -k DIR` is run
 as `kubectl kustomize DIR` (it deploys the controller into a real cluster: the build is what can be
-checked here). Before a command that reads the queues, the test waits until the controller looked at
-every Workload (each has its QuotaReserved condition): a condition, not a sleep.
+checked here). Before each command the test waits until the controller looked at every queued Job
+(its Workload exists and has its QuotaReserved condition), as a reader would before the next step: a
+condition, not a sleep.
 """
 
 from __future__ import annotations
@@ -41,8 +42,13 @@ def commands(page: str) -> list[tuple[int, str]]:
 
 
 def looked_at(emu: Emulator) -> bool:
-    wls = items(emu, "workloads", "queueing.dra.io")
-    return bool(wls) and all(cond(w, "QuotaReserved") is not None for w in wls)
+    """Every queued Job has its Workload, and the controller decided about each (QuotaReserved)."""
+    jobs = items(emu, "jobs", "batch", labels="queueing.dra.io/queue-name")
+    wls = {w["metadata"]["name"]: w for w in items(emu, "workloads", "queueing.dra.io")}
+    return all(
+        (w := wls.get(f"job-{j['metadata']['name']}")) is not None and cond(w, "QuotaReserved") is not None
+        for j in jobs
+    )
 
 
 async def run_page(page: str, kubectl: Kubectl, emu: Emulator, tmp: Path) -> dict[str, str]:

@@ -3,8 +3,12 @@ running controller: create, list, stop/resume (and what the controller makes of 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import yaml
 
+from queueing.commands.kubectl_plugin import main
 from queueing.controller.visibility import VisibilityServer
 from queueing.kube.client import CLUSTER_QUEUES, JOBS, LOCAL_QUEUES, WORKLOADS, KubeClient
 from queueing.testing import Emulator
@@ -33,23 +37,11 @@ async def test_create_list_stop_resume(
         {"coveredResources": [GPU_CLASS, "cpu"], "flavors": [{"name": "default", "resources": [
             {"name": GPU_CLASS, "nominalQuota": "2", "borrowingLimit": "1"}, {"name": "cpu", "nominalQuota": "8"}]}]}
     ]  # fmt: skip
-    dry = await kubectl.out(
-        "queueing", "create", "lq", "qb", "-c", "team-b", "--dry-run", "client", "-o", "yaml"
-    )
-    assert yaml.safe_load(dry)["spec"] == {"clusterQueue": "team-b"}
     rc, _, err = await kubectl.run("queueing", "create", "localqueue", "qx", "-c", "nope", check=False)
     assert rc == 1 and "ClusterQueue nope not found" in err, err
     assert await kubectl.out("queueing", "create", "localqueue", "qb", "-c", "team-b") == (
         "localqueue.queueing.dra.io/qb created\n"
     )
-    rc, _, err = await kubectl.run(
-        "queueing", "create", "cq", "bad", "--nominal-quota", "default:cpu=lots", check=False
-    )
-    assert rc == 2 and "--nominal-quota: default:cpu:" in err, err
-    rc, _, err = await kubectl.run(
-        "queueing", "create", "cq", "bad", "--lending-limit", "default:cpu=1", check=False
-    )
-    assert rc == 2 and "no --nominal-quota for this flavor and resource" in err, err
 
     # list: the printer columns, -A, --clusterqueue
     rows = table(await kubectl.out("queueing", "list", "clusterqueues"))
@@ -109,3 +101,39 @@ async def test_explain_and_status_filters(
     assert "Workload default/job-one" in out and "Admitted to ClusterQueue team" in out, out
     out = await kubectl.out("queueing", "explain", "job-two", "--url", ledger)
     assert "Pending" in out and "insufficient unused quota" in out, out
+
+
+def test_create_flags_offline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The quota flags and --dry-run client need no cluster (the plugin's main, in this process)."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                                      "contexts": [{"name": "c", "context": {"namespace": "team-x"}}]}))  # fmt: skip
+    argv = ["--kubeconfig", str(config), "--dry-run", "client", "-o", "yaml"]
+    assert main(["create", "lq", "qb", "-c", "team-b", *argv]) == 0
+    lq = yaml.safe_load(capsys.readouterr().out)
+    assert lq["metadata"] == {"name": "qb", "namespace": "team-x"} and lq["spec"] == {
+        "clusterQueue": "team-b"
+    }
+    assert main(["create", "cq", "two", "--nominal-quota", "a:cpu=1;memory=1Gi,b:cpu=2;memory=2Gi",
+                 "--nominal-quota", "g:gpu.example.com=8", "--lending-limit", "g:gpu.example.com=2",
+                 "--namespace-selector", "team=x", "--cohort", "org", *argv]) == 0  # fmt: skip
+    cq = yaml.safe_load(capsys.readouterr().out)["spec"]
+    assert cq["namespaceSelector"] == {"matchLabels": {"team": "x"}}
+    assert [(g["coveredResources"], [f["name"] for f in g["flavors"]]) for g in cq["resourceGroups"]] == [
+        (["cpu", "memory"], ["a", "b"]), (["gpu.example.com"], ["g"]),
+    ]  # fmt: skip
+    assert cq["resourceGroups"][1]["flavors"][0]["resources"] == [
+        {"name": "gpu.example.com", "nominalQuota": "8", "lendingLimit": "2"}
+    ]
+    for flags, message in (
+        (["--nominal-quota", "default:cpu=lots"], "--nominal-quota: default:cpu:"),
+        (["--nominal-quota", "cpu=1"], "expected FLAVOR:RESOURCE=QUANTITY"),
+        (["--lending-limit", "default:cpu=1"], "no --nominal-quota for this flavor and resource"),
+        (["--namespace-selector", "team"], "--namespace-selector: 'team' is not KEY=VALUE"),
+        (
+            ["--nominal-quota", "f:cpu=1", "--lending-limit", "f:cpu=1"],
+            "lendingLimit: must not be set when cohortName is empty",
+        ),
+    ):
+        assert main(["create", "cq", "bad", *flags, *argv]) == 2
+        assert message in capsys.readouterr().err

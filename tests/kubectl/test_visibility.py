@@ -68,8 +68,8 @@ async def test_served_over_https_with_status_errors_and_rbac(
         assert proc.visibility is not None and proc.visibility.port == port and proc.visibility.error is None
         emu.aggregation.register(GROUP, VERSION, f"https://127.0.0.1:{port}")
         await admin.create(JOBS, job("wide", template="gpu-4", parallelism=2))
-        await admin.create(JOBS, job("next", template="gpu-4"))
         await eventually(lambda: running(emu, "wide", 2), "wide runs")
+        await admin.create(JOBS, job("next", template="gpu-4"))  # (after: same-second creations go by name)
         await eventually(lambda: cond(workload(emu, "job-next"), "QuotaReserved"), "next was looked at")
         got = json.loads(await kubectl.out("get", "--raw", f"{API}/clusterqueues/team/pendingworkloads"))
         assert [i["metadata"]["name"] for i in got["items"]] == ["job-next"]
