@@ -78,14 +78,21 @@ async def test_served_over_https_with_status_errors_and_rbac(
         resources = json.loads(await kubectl.out("get", "--raw", API))
         assert {r["name"] for r in resources["resources"]} >= {"clusterqueues/pendingworkloads"}
 
-        rc, _, err = await kubectl.run(
-            "get", "--raw", f"{API}/clusterqueues/nope/pendingworkloads", check=False
-        )
-        assert rc != 0 and 'clusterqueue.visibility.queueing.dra.io "nope" not found' in err, err
-        rc, _, err = await kubectl.run("get", "--raw", f"{API}/namespaces/default/localqueues/nope/pendingworkloads", check=False)  # fmt: skip
-        assert rc != 0 and 'localqueue.visibility.queueing.dra.io "nope" not found' in err, err
-        rc, _, err = await kubectl.run("get", "--raw", f"{API}/clusterqueues/team/pendingworkloads?limit=x", check=False)  # fmt: skip
-        assert rc != 0 and "limit: not an integer" in err, err
+        # errors are Status objects (read with the Python client: the same HTTP path as kubectl's)
+        for path, code, message in (
+            (f"{API}/clusterqueues/nope/pendingworkloads", 404, 'clusterqueue.visibility.queueing.dra.io "nope" not found'),
+            (f"{API}/namespaces/default/localqueues/nope/pendingworkloads", 404, 'localqueue.visibility.queueing.dra.io "nope" not found'),
+            (f"{API}/clusterqueues/team/pendingworkloads?limit=x", 400, "limit: not an integer: 'x'"),
+        ):  # fmt: skip
+            status = await admin.raw("GET", path)
+            body = json.loads(await status.read())
+            status.release()
+            assert (status.status, body["kind"], body["code"], body["message"]) == (
+                code,
+                "Status",
+                code,
+                message,
+            )
 
         # RBAC, checked by the API server (here the emulator) before it proxies
         path = f"{API}/clusterqueues/team/pendingworkloads"
