@@ -191,8 +191,8 @@ class VisibilityConfig(_Section):
     bind_address: str | None = Field(
         None,
         description="Where the visibility API (pending workloads with their positions) is served, for the "
-        "API server's aggregation layer (the `APIService` in `deploy/`, which sets `:8082`); absent: not "
-        "served.",
+        "API server's aggregation layer (the `APIService` in `deploy/`, which sets `:8082`); port 0: any "
+        "free port; absent: not served.",
     )
     cert_file: str | None = Field(
         None,
@@ -204,7 +204,13 @@ class VisibilityConfig(_Section):
     @field_validator("bind_address")
     @classmethod
     def _addr(cls, v: str | None) -> str | None:
-        return None if v is None else _bind_address(v)
+        if v is None:
+            return None
+        host, sep, port = v.rpartition(":")
+        if sep and port == "0":  # any free port (tests, `queueing dev`): the server says which
+            _bind_address(f"{host}:1")
+            return v
+        return _bind_address(v)
 
 
 class LedgerConfig(_Section):
