@@ -16,8 +16,8 @@ The order is the one the scheduling cycle takes a ClusterQueue's workloads in
 (``queueing.scheduling.ordering.queue_order_key``: a nominated preemptor first, then admission fair
 sharing's LocalQueue usage when on, then priority, then (re)queue time), over the workloads the
 controller sees as pending: not admitted, not finished, not deactivated, with a valid spec (those in a
-requeue backoff keep their place). Like Kueue, a workload is listed in the ClusterQueue its LocalQueue
-points at, whether or not that queue is active.
+requeue backoff keep their place) and not in a stopped LocalQueue. Like Kueue, a workload is listed in
+the ClusterQueue its LocalQueue points at, whether or not that ClusterQueue is active.
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def ordered_pending(
 
     ``fair_sharing_queues``: the ClusterQueues ordering by admission fair sharing, whose workloads
     sort by ``lq_shares`` (LocalQueue key -> weighted decayed usage) first."""
-    cq_of = {lq.key: lq.cluster_queue for lq in local_queues}
+    # a stopped LocalQueue's workloads do not queue (the cycle's routing gives them a reason instead)
+    cq_of = {lq.key: lq.cluster_queue for lq in local_queues if lq.stop_policy == "None"}
     shares = lq_shares or {}
     by_cq: dict[str, list[tuple[Workload, WorkloadInfo]]] = {}
     for wl, info in pending:

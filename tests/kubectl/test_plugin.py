@@ -101,6 +101,10 @@ async def test_explain_and_status_filters(
     assert "Workload default/job-one" in out and "Admitted to ClusterQueue team" in out, out
     out = await kubectl.out("queueing", "explain", "job-two", "--url", ledger)
     assert "Pending" in out and "insufficient unused quota" in out, out
+    assert (
+        "Position:  1 of 1 pending in ClusterQueue team, 1 of 1 in LocalQueue default/lq "
+        "(the controller's admission order, from its visibility API)"
+    ) in out, out
 
 
 def test_create_flags_offline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

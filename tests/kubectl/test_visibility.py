@@ -178,6 +178,8 @@ def test_the_order_nominated_first_then_fair_sharing_then_priority() -> None:
     assert [e.info.name for e in got["cq"]] == ["a1", "a2", "b1", "b2"]
     got = ordered_pending(pending, lqs, frozenset(), frozenset(), {"ns/a": 1.0, "ns/b": 2.0})
     assert [e.info.name for e in got["cq"]] == ["b1", "a1", "a2", "b2"]  # not that ClusterQueue's mode
+    stopped = [LocalQueueSpec("ns", "a", "cq", stop_policy="Hold"), *lqs[1:]]
+    assert [e.info.name for e in ordered_pending(pending, stopped, frozenset())["cq"]] == ["b1", "b2"]
     inactive = [(w, WorkloadInfo("ns", "z", "a", (), priority=99, active=False)) for w, _ in pending[:1]]
     assert ordered_pending(inactive, lqs, frozenset()) == {}
     page = summary(ordered_pending(pending, lqs, frozenset())["cq"], 2, 1)
