@@ -83,6 +83,10 @@ async def test_kubectl_md(
     kubectl.env["QUEUEING_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path}/ledger.db"  # the harness's
     kubectl.cwd = ROOT  # the page's paths are the checkout's
     out = await run_page("kubectl.md", kubectl, emu, tmp_path)
+    rows = table(out["kubectl queueing list clusterqueues"])
+    assert {r["NAME"] for r in rows} == {"team", "team-a"} and "COHORT" in rows[0], rows
+    rows = table(out["kubectl queueing list localqueues -A"])
+    assert {(r["NAMESPACE"], r["NAME"]) for r in rows} == {("default", "lq"), ("default", "qa")}, rows
     rows = table(out["kubectl queueing list workloads --clusterqueue team-a"])
     # as the page shows: train admitted, then sweep (higher priority) and eval, in that order
     assert [(r["NAME"], r["POSITION"]) for r in rows] == [

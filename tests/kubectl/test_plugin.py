@@ -39,15 +39,6 @@ async def test_create_list_stop_resume(
     ]  # fmt: skip
     rc, _, err = await kubectl.run("queueing", "create", "localqueue", "qx", "-c", "nope", check=False)
     assert rc == 1 and "ClusterQueue nope not found" in err, err
-    assert await kubectl.out("queueing", "create", "localqueue", "qb", "-c", "team-b") == (
-        "localqueue.queueing.dra.io/qb created\n"
-    )
-
-    # list: the printer columns, -A, --clusterqueue
-    rows = table(await kubectl.out("queueing", "list", "clusterqueues"))
-    assert {r["NAME"] for r in rows} == {"team", "team-b"} and "COHORT" in rows[0], rows
-    rows = table(await kubectl.out("queueing", "list", "localqueues", "-A", "--clusterqueue", "team-b"))
-    assert [(r["NAMESPACE"], r["NAME"]) for r in rows] == [("default", "qb")], rows
 
     # stop / resume a workload: spec.active; the controller deactivates it and it leaves the queue
     await admin.create(JOBS, job("big", template="gpu-4", parallelism=2, queue="lq"))
@@ -94,11 +85,7 @@ async def test_explain_and_status_filters(
     assert [r["NAME"] for r in rows] == ["job-one"]
     rows = table(await kubectl.out("queueing", "list", "workloads", "-A", "--status", "pending"))
     assert [(r["NAMESPACE"], r["NAME"], r["POSITION"]) for r in rows] == [("default", "job-two", "0")]
-    out = await kubectl.out("queueing", "list", "workloads", "--status", "finished")
-    assert out == "No resources found in default namespace.\n"
     ledger = f"sqlite+aiosqlite:///{tmp_path}/ledger.db"  # the harness's ledger
-    out = await kubectl.out("queueing", "explain", "one", "--url", ledger)
-    assert "Workload default/job-one" in out and "Admitted to ClusterQueue team" in out, out
     out = await kubectl.out("queueing", "explain", "job-two", "--url", ledger)
     assert "Pending" in out and "insufficient unused quota" in out, out
     assert (
