@@ -194,12 +194,10 @@ class VisibilityServer:
 
     # ---------------------------------------------------------------- the state
     def pending(self) -> dict[str, list[PendingEntry]]:
-        """ClusterQueue -> pending workloads in admission order, from the controller's live state."""
-        from queueing.controller.controller import nominated_keys
-
+        """ClusterQueue -> pending workloads in admission order, from the controller's live state: its
+        pending set (``PendingWorkloads``, as the last sync left it) less what it admitted since."""
         c = self.controller
-        ctx = c._context()
-        infos, by_key, _invalid = c._pending(ctx)
+        pw = c.pending
         lqs = [local_queue_spec(lq) for lq in c.local_queues.list()]
         afs = c.config.scheduling().admission_fair_sharing
         fair: frozenset[str] = frozenset()
@@ -208,8 +206,12 @@ class VisibilityServer:
             specs = (cluster_queue_spec(cq) for cq in c.cluster_queues.list())
             fair = frozenset(cq.name for cq in specs if cq.admission_fair_sharing)
             shares = {lq.key: weighted_usage(c.lq_usage.get(lq.key, {}), afs, lq.fair_weight) for lq in lqs}
-        pairs = [(by_key[i.key], i) for i in infos if i.key in by_key]
-        return ordered_pending(pairs, lqs, nominated_keys(by_key), fair, shares)
+        pairs = [
+            (wl, info)
+            for info in pw.backlog
+            if (wl := c.workloads.get_key(info.key)) is not None and c._pending_eligible(wl)
+        ]
+        return ordered_pending(pairs, lqs, frozenset(pw.nominated), fair, shares)
 
     # ---------------------------------------------------------------- HTTP
     def app(self) -> web.Application:
