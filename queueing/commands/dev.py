@@ -65,8 +65,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def controller_config(directory: Path) -> str:
-    """The controller's configuration for ``queueing dev``: SQLite in DIR, one replica, local ports."""
+def controller_config(directory: Path, visibility_port: int) -> str:
+    """The controller's configuration for ``queueing dev``: SQLite in DIR, one replica, local ports,
+    the visibility API over plain HTTP on ``visibility_port`` (the emulator proxies its group there)."""
     return (
         "# written by `queueing dev`; every field is described in docs/configuration.md\n"
         f"namespace: {CONTROLLER_NAMESPACE}\n"
@@ -74,6 +75,7 @@ def controller_config(directory: Path) -> str:
         "leaderElection:\n  leaderElect: false\n"
         f"metrics:\n  bindAddress: 127.0.0.1:{_free_port()}\n"
         f"health:\n  healthProbeBindAddress: 127.0.0.1:{_free_port()}\n"
+        f"visibility:\n  bindAddress: 127.0.0.1:{visibility_port}\n"
     )
 
 
@@ -126,6 +128,8 @@ def next_steps(directory: Path, examples: Path | None) -> str:
 
 async def _main(args: argparse.Namespace) -> int:
     from queueing.commands.run import serve
+    from queueing.controller.visibility import GROUP as VISIBILITY_GROUP
+    from queueing.controller.visibility import VERSION as VISIBILITY_VERSION
     from queueing.testing.cluster import StandIns
     from queueing.testing.emulator import run_emulator
 
@@ -164,7 +168,10 @@ async def _main(args: argparse.Namespace) -> int:
         kubeconfig = directory / "kubeconfig"
         kubeconfig.write_text(_yaml(emu.kubeconfig()))
         config = directory / "config.yaml"
-        config.write_text(controller_config(directory))
+        visibility_port = _free_port()
+        config.write_text(controller_config(directory, visibility_port))
+        # as kube-aggregator does for the APIService of deploy/: the emulator proxies the group
+        emu.aggregation.register(VISIBILITY_GROUP, VISIBILITY_VERSION, f"http://127.0.0.1:{visibility_port}")
         print(f"Kubernetes API emulator listening on {emu.url}", flush=True)
         nodes = sum(1 for o in objects if o.startswith("Node/"))
         print(f"loaded {len(objects)} objects ({nodes} nodes); kubeconfig: {kubeconfig}", flush=True)
