@@ -564,6 +564,17 @@ class ResourceFlavorSpec(SpecModel):
         },
     )
 
+    placement_policy: Literal["FirstFit", "LeastFragmentation"] | None = Field(
+        default=None,
+        description=(
+            "Which of the feasible placements of a gang on this flavor's nodes is taken. `FirstFit` "
+            "(the default): nodes in name order and devices in inventory order, as kube-scheduler's "
+            "allocator. `LeastFragmentation`: best fit, the placement that leaves the most for larger "
+            "shapes (fewest free GPUs on a node first; MIG slices where they block the fewest larger "
+            "profiles). Whether a gang fits is the same under both."
+        ),
+    )
+
     @model_validator(mode="after")
     def _check(self) -> ResourceFlavorSpec:
         effects = ("NoSchedule", "PreferNoSchedule", "NoExecute")

@@ -98,6 +98,7 @@ from queueing.dra.gang import (
 )
 from queueing.dra.gang import _pod_requests as pod_requests  # one definition of a pod's requests
 from queueing.dra.inventory import Pick
+from queueing.dra.scoring import FIRST_FIT, LEAST_FRAGMENTATION, PlacementPolicy, Scorer, place_scored
 from queueing.dra.verify import VerifyError, picks_value
 from queueing.scheduling.placer import Placement, PlacementFailure
 from queueing.scheduling.reasons import Part, PodClaimRef, PodRef, Why, pod_name
@@ -594,6 +595,7 @@ class DraPlacer:
             verify=verify,
         )
         self.max_node_checks = max_node_checks
+        self._scorer_obj: Scorer | None = None  # see ``_scorer``
         self._base_claims: dict[str, ResourceClaim] = dict(self.cluster.claims)
         self._applied: dict[str, tuple[DraPlan, ...]] = {}
         self._synced: DraState | None = None
@@ -715,6 +717,10 @@ class DraPlacer:
                         "DraPlacer._quick_miss", quick, placement_value(general), f"workload {workload.key}"
                     )
             return PlacementFailure(quick)
+        policy = _policy(flavors)
+        if policy != FIRST_FIT:
+            # a score's order: ``place_simple`` follows first fit's descent only
+            return self._place_gang(workload, req, counts, flavors, policy)
         simple = self._place_simple(workload, groups)
         if simple is not None:
             if self.verify:
@@ -733,15 +739,22 @@ class DraPlacer:
         req: DraRequest,
         counts: Mapping[str, int],
         flavors: Mapping[str, Sequence[FlavorSpec]],
+        policy: PlacementPolicy = FIRST_FIT,
     ) -> Placement | PlacementFailure:
-        """``place``'s general path: the gang's pods placed by :func:`place_gang` (the state synced)."""
+        """``place``'s general path: the gang's pods placed by :func:`place_gang` (the state synced),
+        under the flavors' placement ``policy`` (:func:`queueing.dra.scoring.place_scored`)."""
         try:
             pods, slots = self._pods(workload, req, counts, flavors)
         except AllocationError as e:
             return PlacementFailure(str(e))
         try:
-            kw = {} if self.max_node_checks is None else {"max_node_checks": self.max_node_checks}
-            result = place_gang(pods, self.cluster, **kw)
+            bound = DEFAULT_MAX_NODE_CHECKS if self.max_node_checks is None else self.max_node_checks
+            if policy == FIRST_FIT:
+                result = place_gang(pods, self.cluster, max_node_checks=bound)
+            else:
+                result = place_scored(
+                    pods, self.cluster, policy, scorer=self._scorer(), max_node_checks=bound
+                )
         except AllocationError as e:
             return _failure("allocation-error", slots, error=e)
         if not result.placed:
@@ -799,6 +812,12 @@ class DraPlacer:
         finally:
             txn.discard()
         return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
+
+    def _scorer(self) -> Scorer:
+        """The placement scorer of this placer's cluster state (built on first use)."""
+        if self._scorer_obj is None:
+            self._scorer_obj = Scorer(self.cluster, verify=self.verify)
+        return self._scorer_obj
 
     def _groups(
         self,
@@ -1577,6 +1596,16 @@ def _failure(
         (("short", best.short_by),) if best is not None and best.short_by else (),
     )
     return PlacementFailure(why.render(), why)
+
+
+def _policy(flavors: Mapping[str, Sequence[FlavorSpec]]) -> PlacementPolicy:
+    """The placement policy of a workload's flavors: ``LeastFragmentation`` when any flavor
+    assigned to it asks for it, else ``FirstFit``."""
+    for fl in flavors.values():
+        for f in fl:
+            if f.placement_policy == LEAST_FRAGMENTATION:
+                return LEAST_FRAGMENTATION
+    return FIRST_FIT
 
 
 def _flavors_key(flavors: Sequence[FlavorSpec]) -> tuple[object, ...]:

@@ -167,6 +167,7 @@ def flavor_spec(rf: ResourceFlavor) -> FlavorSpec:
             Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
             for t in s.tolerations or []
         ),
+        placement_policy=s.placement_policy or "FirstFit",
     )
 
 

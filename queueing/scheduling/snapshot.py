@@ -142,6 +142,8 @@ class FlavorSpec:
     node_labels: Mapping[str, str] = field(default_factory=dict)
     node_taints: tuple[Taint, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    # ResourceFlavor ``placementPolicy`` (``queueing.dra.scoring``): FirstFit or LeastFragmentation
+    placement_policy: str = "FirstFit"
 
 
 @dataclass(frozen=True)
