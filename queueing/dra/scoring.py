@@ -172,6 +172,26 @@ class Scorer:
                 free += 1 - used.get(c.rep, _ZERO) / total
         return free
 
+    def cards(self, i: int, usage: Usage) -> list[tuple[Fraction, tuple[InventoryDevice, ...]]]:
+        """Node i's partitionable cards as (share of the representative counter free, the card's
+        devices placeable with ``usage`` taken), and each free device without counters as (1, it):
+        what measures of fragmentation (``bench/placement.py``) look at."""
+        cards, plain = self._cards_on(i)
+        counters = usage.counters
+        out: list[tuple[Fraction, tuple[InventoryDevice, ...]]] = []
+        for c in cards:
+            used = [counters.get(ck, _ZERO) for ck in c.counters]
+            total = c.totals[c.counters.index(c.rep)]
+            free = 1 - counters.get(c.rep, _ZERO) / total if total else _ZERO
+            ok = tuple(
+                d
+                for d, row in zip(c.devices, c.uses, strict=True)
+                if not usage.devices.get(d.key, 0) and all(used[j] + a <= c.totals[j] for j, a in row)
+            )
+            out.append((free, ok))
+        out.extend((Fraction(1), (d,)) for d in plain if not usage.devices.get(d.key, 0))
+        return out
+
     def node_order(self, nodes: Sequence[int] | None = None) -> tuple[int, ...]:
         """``nodes`` (default all) with the fewest free GPU units first, then cluster order."""
         usage = self.state.usage
