@@ -70,6 +70,7 @@ class Shape:
     pods: int
     per_pod: int  # whole GPUs per pod (gpu)
     profile: str = ""  # MIG profile (mig)
+    topology: str = ""  # "required" | "preferred": the rack annotation (rack trace)
 
     @property
     def units(self) -> Fraction:
@@ -86,7 +87,14 @@ GPU_SHAPES = {
     "g16": Shape("g16", "gpu", 2, 8),
 }
 MIG_SHAPES = {p: Shape(p, "mig", 1, 0, p) for p in MIG_PROFILES}
-SHAPES = GPU_SHAPES | MIG_SHAPES
+# rack trace: whole-node gangs (pods of 8 GPUs) that ask for one rack (required) or as few as possible
+RACK_SHAPES = {
+    f"{m[0]}{n}x8": Shape(f"{m[0]}{n}x8", "gpu", n, 8, topology=m)
+    for m in ("required", "preferred")
+    for n in (2, 4, 8)
+}
+SHAPES = GPU_SHAPES | MIG_SHAPES | RACK_SHAPES
+RACK_LABEL = "example.com/rack"
 # fractions of jobs per shape
 MIXES: dict[str, dict[str, float]] = {
     "mixed": {
@@ -113,6 +121,19 @@ MIXES: dict[str, dict[str, float]] = {
         "g8": 0.04,
         "g16": 0.01,
     },
+    # 4 racks x 16 nodes; gangs of whole nodes with a rack annotation among smaller jobs
+    "rack": {
+        "g1": 0.25,
+        "g2": 0.12,
+        "g4": 0.12,
+        "g8": 0.08,
+        "p2x8": 0.12,
+        "p4x8": 0.10,
+        "p8x8": 0.05,
+        "r2x8": 0.08,
+        "r4x8": 0.06,
+        "r8x8": 0.02,
+    },
 }
 
 
@@ -130,9 +151,18 @@ def template(shape: Shape) -> ResourceClaimTemplate:
     )
 
 
-def cluster(n: int) -> tuple[list[Node], list[ResourceSlice], list[DeviceClass]]:
-    nodes = [Node.model_validate(h200.node(f"h200-{i:03d}")) for i in range(n)]
-    slices = [ResourceSlice.model_validate(s) for i in range(n) for s in h200.node_slices(f"h200-{i:03d}", HW)]
+def cluster(n: int, racks: int = 0) -> tuple[list[Node], list[ResourceSlice], list[DeviceClass]]:
+    """``n`` H200 nodes with dynamic MIG; with ``racks``: without MIG, labelled with their rack."""
+    per = n // racks if racks else n
+    nodes = [
+        Node.model_validate(h200.node(f"h200-{i:03d}", {RACK_LABEL: f"rack-{i // per}"} if racks else None))
+        for i in range(n)
+    ]
+    slices = [
+        ResourceSlice.model_validate(s)
+        for i in range(n)
+        for s in h200.node_slices(f"h200-{i:03d}", HW, mig=not racks)
+    ]
     classes = [DeviceClass.model_validate(c) for c in h200.CLASSES]
     return nodes, slices, classes
 
@@ -182,8 +212,13 @@ def requests_of() -> dict[str, DraRequest]:
         body = dict(spec)
         body["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": t.name}]
         sp = PodSpec.model_validate(body)
+        meta = (
+            {"annotations": {f"queueing.dra.io/podset-{s.topology}-topology": RACK_LABEL}}
+            if s.topology
+            else None
+        )
         out[s.name] = DraRequest(
-            (DraPodSet("main", PodTemplateSpec(spec=sp), (ClaimRef("g", None, t.name),)),)
+            (DraPodSet("main", PodTemplateSpec(metadata=meta, spec=sp), (ClaimRef("g", None, t.name),)),)
         )
     return out
 
@@ -194,7 +229,9 @@ def card_state(scorer: Scorer, usage: Any, i: int) -> list[tuple[Fraction, froze
     out = []
     for free, devs in scorer.cards(i, usage):
         profiles = frozenset(
-            str(d.attributes["gpu.nvidia.com/profile"][1]) for d in devs if "gpu.nvidia.com/profile" in d.attributes
+            str(d.attributes["gpu.nvidia.com/profile"][1])
+            for d in devs
+            if "gpu.nvidia.com/profile" in d.attributes
         )
         whole = any(d.attributes.get("gpu.nvidia.com/type") == ("string", "gpu") for d in devs)
         out.append((free, profiles, whole))
@@ -231,17 +268,52 @@ class Run:
     decisions: int = 0
     cpu: float = 0.0
     waits: dict[str, list[float]] = field(default_factory=dict)
+    # rack trace: required gangs placed over more than one rack; preferred gangs placed, and placed
+    # on the fewest racks that could hold them at that moment
+    required_spans: int = 0
+    required: int = 0
+    preferred: int = 0
+    preferred_minimal: int = 0
     samples: list[tuple[float, float, float]] = field(default_factory=list)  # (t, utilisation, stranded)
 
 
+def racks_needed(placer: DraPlacer, scorer: Scorer, pods: int) -> int:
+    """The fewest racks whose whole free nodes hold ``pods`` pods of 8 GPUs (the placer's state as
+    the last ``place`` synced it)."""
+    usage = placer.cluster.usage
+    per_rack: dict[str, int] = {}
+    for i, node in enumerate(placer.cluster.nodes):
+        free = sum(1 for f, _ in scorer.cards(i, usage) if f == 1)
+        if free >= 8:
+            rack = node.labels[RACK_LABEL]
+            per_rack[rack] = per_rack.get(rack, 0) + 1
+    have = 0
+    for k, n in enumerate(sorted(per_rack.values(), reverse=True), 1):
+        have += n
+        if have >= pods:
+            return k
+    return 0
+
+
 def replay(
-    policy: str, jobs: Sequence[Job], n_nodes: int, horizon: float, sample_every: float, verify: bool = False
+    policy: str,
+    jobs: Sequence[Job],
+    n_nodes: int,
+    horizon: float,
+    sample_every: float,
+    verify: bool = False,
+    racks: int = 0,
 ) -> Run:
-    nodes, slices, classes = cluster(n_nodes)
+    nodes, slices, classes = cluster(n_nodes, racks)
     reqs = requests_of()
     templates = [template(s) for s in SHAPES.values()]
     placer = DraPlacer(nodes, slices, classes, templates=templates, verify=verify)
-    flavors = {"main": [FlavorSpec("h200", placement_policy=policy)]}
+    levels = ((RACK_LABEL, False), ("kubernetes.io/hostname", False)) if racks else ()
+    fl = FlavorSpec(
+        "h200", placement_policy=policy, topology_name="dc" if racks else None, topology_levels=levels
+    )
+    flavors = {"main": [fl]}
+    node_rack = {n.name: n.labels.get(RACK_LABEL) for n in nodes}
     scorer = Scorer(placer.cluster)
     state: DraState = placer.initial_state([])
     capacity = n_nodes * 8
@@ -286,6 +358,14 @@ def replay(
             got = placer.place(wl, {}, flavors, state)
             run.cpu += time.process_time() - c0
             run.decisions += 1
+            if isinstance(got, Placement) and p.shape.topology:
+                spans = len({node_rack[n] for n in got.nodes})
+                if p.shape.topology == "required":
+                    run.required += 1
+                    run.required_spans += spans > 1
+                else:
+                    run.preferred += 1
+                    run.preferred_minimal += spans <= racks_needed(placer, scorer, p.shape.pods)
             if isinstance(got, Placement):
                 state = placer.add(state, wl.key, got)
                 p.start = t
@@ -318,7 +398,9 @@ def report(trace: str, runs: dict[str, Run]) -> None:
         )
         for name in sorted(r.waits, key=lambda n: (SHAPES[n].kind, float(SHAPES[n].units))):
             w = r.waits[name]
-            print(f"    {name:9s} n={len(w):5d}  mean wait {sum(w) / len(w) / 60:8.1f} min  p90 {p90(w) / 60:8.1f} min")
+            print(
+                f"    {name:9s} n={len(w):5d}  mean wait {sum(w) / len(w) / 60:8.1f} min  p90 {p90(w) / 60:8.1f} min"
+            )
     lf = runs[LEAST_FRAGMENTATION]
 
     def avg(r: Run, k: int) -> float:
@@ -331,6 +413,13 @@ def report(trace: str, runs: dict[str, Run]) -> None:
     def change(new: float, old: float) -> str:
         return f"{100 * (new - old) / old:+.1f}%" if old else "n/a"
 
+    for r in runs.values():
+        if r.required or r.preferred:
+            print(
+                f"[{trace}] {r.policy:18s} required-rack gangs {r.required}, over two racks {r.required_spans}; "
+                f"preferred-rack gangs {r.preferred}, on the fewest racks {r.preferred_minimal} "
+                f"({100 * r.preferred_minimal / max(1, r.preferred):.1f}%)"
+            )
     print(
         f"[{trace}] LeastFragmentation vs FirstFit: stranded {change(avg(lf, 2), avg(ff, 2))}, "
         f"MIG admitted {change(lf.admitted_mig, ff.admitted_mig)}, "
@@ -385,12 +474,20 @@ def milp_fill(jobs: Sequence[Job], n_nodes: int, time_limit: float = 60.0) -> tu
     cards and MIG starts), under every counter of every card, as a MILP solved with HiGHS."""
     import highspy
 
-    h = highspy.Highs()
+    h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", time_limit)
     h.setOptionValue("mip_rel_gap", 1e-4)
     cards = [(n, c) for n in range(n_nodes) for c in range(8)]
-    counters = ["memoryMiB", "multiprocessors", "copyEngines", "decoders", "encoders", "jpegEngines", "ofaEngines"]
+    counters = [
+        "memoryMiB",
+        "multiprocessors",
+        "copyEngines",
+        "decoders",
+        "encoders",
+        "jpegEngines",
+        "ofaEngines",
+    ]
     totals = {k: HW["totals"][k] for k in counters if k in HW["totals"]}
     totals["memoryMiB"] = HW["usableMemoryMiB"]
     obj: list[float] = []
@@ -413,19 +510,21 @@ def milp_fill(jobs: Sequence[Job], n_nodes: int, time_limit: float = 60.0) -> tu
         s = j.shape
         if s.kind == "mig":
             p = PROFILE[s.profile]
-            use = {k: float(p[k]) for k in counters if k != "memoryMiB"} | {"memoryMiB": float(p["memoryMiB"])}
+            use = {k: float(p[k]) for k in counters if k != "memoryMiB"} | {
+                "memoryMiB": float(p["memoryMiB"])
+            }
             ys = []
             for cd in cards:
                 for start in p["placementStarts"]:
                     y = var(0.0, "y", j.key, (cd, start))
                     ys.append(y)
                     per_card[cd].append((y, use, range(start, start + p["memorySlices"])))
-            rows.append((ys + [x[j.key]], [1.0] * len(ys) + [-1.0], 0.0, 0.0))  # placed once iff chosen
+            rows.append(([*ys, x[j.key]], [1.0] * len(ys) + [-1.0], 0.0, 0.0))  # placed once iff chosen
         else:
             pods = []
             for _ in range(s.pods):
                 zs = [var(0.0, "z", j.key, n) for n in range(n_nodes)]
-                rows.append((zs + [x[j.key]], [1.0] * len(zs) + [-1.0], 0.0, 0.0))
+                rows.append(([*zs, x[j.key]], [1.0] * len(zs) + [-1.0], 0.0, 0.0))
                 pods.append(zs)
             pod_node[j.key] = pods
     # whole cards per node cover the whole-GPU pods placed there
@@ -461,7 +560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--load", type=float, default=1.3, help="offered load / capacity")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--trace", choices=["mixed", "alibaba", "both"], default="both")
+    ap.add_argument("--trace", choices=["mixed", "alibaba", "rack", "both", "all"], default="all")
+    ap.add_argument("--racks", type=int, default=4, help="rack trace: racks of 16 nodes")
     ap.add_argument("--milp-nodes", default="4,8", help="small instances for the MILP ('' to skip)")
     ap.add_argument("--plots", type=Path, default=None, help="write PNGs to this directory")
     ap.add_argument("--verify", action="store_true", help="verify mode in the placer and the scorer")
@@ -471,13 +571,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.nodes, args.jobs, args.milp_nodes = 4, 60, "2"
     ref = reference_loop()
     print(f"machine: reference loop {ref:.3f}s (fixed pure-Python work; compares machines and days)")
-    traces = ["mixed", "alibaba"] if args.trace == "both" else [args.trace]
+    traces = {"both": ["mixed", "alibaba"], "all": ["mixed", "alibaba", "rack"]}.get(args.trace, [args.trace])
     for trace in traces:
-        jobs = arrivals(trace, args.jobs, args.nodes * 8, args.load, args.seed)
+        racks = args.racks if trace == "rack" else 0
+        n = 16 * racks if racks else args.nodes
+        if args.quick and racks:
+            racks, n = 2, 4
+        jobs = arrivals(trace, args.jobs, n * 8, args.load, args.seed)
         horizon = jobs[-1].arrival  # measured while jobs still arrive
         every = horizon / 200
-        print(f"[{trace}] {args.jobs} jobs over {horizon / 3600:.1f} h on {args.nodes} H200 nodes, load {args.load}")
-        runs = {p: replay(p, jobs, args.nodes, horizon, every, verify=args.verify) for p in POLICIES}
+        where = f"{racks} racks x {n // racks} nodes" if racks else f"{n} H200 nodes"
+        print(f"[{trace}] {args.jobs} jobs over {horizon / 3600:.1f} h on {where}, load {args.load}")
+        runs: dict[str, Run] = {
+            p: replay(p, jobs, n, horizon, every, verify=args.verify, racks=racks) for p in POLICIES
+        }
         report(trace, runs)
         if args.plots is not None:
             plot(trace, runs, args.plots)
@@ -490,7 +597,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"[milp {n} nodes, {len(rng_jobs)} jobs] optimum {100 * best:.1f}% ({how}, {dt:.1f}s); "
             + ", ".join(
-                f"{p} {100 * f:.1f}% (gap {100 * (best - f) / best if best else 0:.1f}%)" for p, f in fills.items()
+                f"{p} {100 * f:.1f}% (gap {100 * (best - f) / best if best else 0:.1f}%)"
+                for p, f in fills.items()
             )
         )
     return 0

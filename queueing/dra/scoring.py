@@ -30,7 +30,7 @@ loss is computed again and compared (``VerifyError``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -68,6 +68,7 @@ class _Card:
     counters: tuple[CounterKey, ...]  # every counter of the set, by name
     totals: tuple[Fraction, ...]
     rep: CounterKey  # consumed by every device of the set: its share free measures the card
+    rep_total: float
     devices: tuple[InventoryDevice, ...]  # inventory order
     # per device: its consumption as (index into ``counters``, amount), and its weight
     uses: tuple[tuple[tuple[int, Fraction], ...], ...]
@@ -108,6 +109,7 @@ class Scorer:
         self._node_cards: list[tuple[tuple[_Card, ...], tuple[InventoryDevice, ...]]] | None = None
         self._layouts: dict[tuple[object, ...], int] = {}
         self._loss: dict[tuple[int, tuple[Fraction, ...], int], Fraction] = {}
+        self._placeable: dict[tuple[int, tuple[Fraction, ...]], tuple[int, ...]] = {}
         self._build()
 
     # ---- structure (once per inventory) -----------------------------------------------------
@@ -137,7 +139,9 @@ class Scorer:
             )
             shape = (tuple(ck[3] for ck in counters), totals, uses)
             layout = self._layouts.setdefault(shape, len(self._layouts))
-            card = _Card(sk, counters, totals, rep, tuple(devs), uses, weights, layout)
+            card = _Card(
+                sk, counters, totals, rep, float(inv.counters[rep]), tuple(devs), uses, weights, layout
+            )
             self._cards[sk] = card
             for k, d in enumerate(devs):
                 self._card_of[d.key] = (card, k)
@@ -159,17 +163,16 @@ class Scorer:
         return self._node_cards[i]
 
     # ---- node order ---------------------------------------------------------------------------
-    def free_units(self, i: int, usage: Usage) -> Fraction:
+    def free_units(self, i: int, usage: Usage) -> float:
         """Node i's free GPU units: per card its representative counter's share free, plus its
-        free devices without counters."""
+        free devices without counters (a float: an order, not an amount)."""
         cards, plain = self._cards_on(i)
         used = usage.counters
         taken = usage.devices
-        free = Fraction(sum(1 for d in plain if not taken.get(d.key, 0)))
+        free = float(sum(1 for d in plain if not taken.get(d.key, 0)))
         for c in cards:
-            total = self.state.inventory.counters[c.rep]
-            if total:
-                free += 1 - used.get(c.rep, _ZERO) / total
+            u = used.get(c.rep)
+            free += 1.0 if not u else 1.0 - float(u) / c.rep_total
         return free
 
     def cards(self, i: int, usage: Usage) -> list[tuple[Fraction, tuple[InventoryDevice, ...]]]:
@@ -180,15 +183,21 @@ class Scorer:
         counters = usage.counters
         out: list[tuple[Fraction, tuple[InventoryDevice, ...]]] = []
         for c in cards:
-            used = [counters.get(ck, _ZERO) for ck in c.counters]
+            used = _used(counters, c.counters)
             total = c.totals[c.counters.index(c.rep)]
             free = 1 - counters.get(c.rep, _ZERO) / total if total else _ZERO
-            ok = tuple(
-                d
-                for d, row in zip(c.devices, c.uses, strict=True)
-                if not usage.devices.get(d.key, 0) and all(used[j] + a <= c.totals[j] for j, a in row)
-            )
-            out.append((free, ok))
+            key = (c.layout, used)
+            ok = self._placeable.get(key)
+            if ok is None or self.verify:
+                got = tuple(
+                    k for k, row in enumerate(c.uses) if all(used[j] + a <= c.totals[j] for j, a in row)
+                )
+                if ok is not None and ok != got:
+                    raise VerifyError("Scorer.cards (memo)", ok, got, f"counter set {'/'.join(c.key)}")
+                if len(self._placeable) >= 100_000:
+                    self._placeable.clear()
+                ok = self._placeable[key] = got
+            out.append((free, tuple(c.devices[k] for k in ok if not usage.devices.get(c.devices[k].key, 0))))
         out.extend((Fraction(1), (d,)) for d in plain if not usage.devices.get(d.key, 0))
         return out
 
@@ -229,7 +238,7 @@ class Scorer:
                 card, k = hit
                 used = used_of.get(card.key)
                 if used is None:
-                    used = used_of[card.key] = tuple(counters.get(ck, _ZERO) for ck in card.counters)
+                    used = used_of[card.key] = _used(counters, card.counters)
                 keyed.append(((0, self.loss(card, used, k)), pos, cand))
                 continue
             root = dev.attributes.get(PCIE_ROOT)
@@ -246,6 +255,15 @@ class Scorer:
             keyed.append(((1, -n), pos, cand))
         keyed.sort(key=lambda t: (t[0], t[1]))
         return tuple(c for _, _, c in keyed)
+
+
+def _used(counters: Mapping[CounterKey, Fraction], keys: Sequence[CounterKey]) -> tuple[Fraction, ...]:
+    """What is used of each of a card's counters (whole amounts as ints: cheaper to hash)."""
+    out: list[Fraction] = []
+    for ck in keys:
+        v = counters.get(ck)
+        out.append(0 if v is None else v.numerator if v.denominator == 1 else v)  # type: ignore[arg-type]
+    return tuple(out)
 
 
 def place_scored(
