@@ -15,12 +15,12 @@ GPU trace (cluster-trace-gpu-v2020, as the FGD paper describes it: most tasks wa
 fraction of one, few want 2-8; the fractions here are MIG profiles). Approximate by design: the mix
 is the published shape, not the trace. Arrivals are Poisson with a rate that offers ``--load`` times
 the cluster's capacity; durations exponential (mean 1 h), from one seed: both policies see the very
-same jobs. The queue is one BestEffortFIFO queue: at every arrival and finish the waiting jobs are
+same jobs; averages over time start after one mean duration (the warm-up). The queue is one BestEffortFIFO queue: at every arrival and finish the waiting jobs are
 tried in arrival order (a shape that failed is not tried again until something finishes).
 
 Per policy it prints: stranded GPUs (free GPU capacity, in cards, that no waiting shape can use: a
 free part of a card no waiting MIG profile can be placed on, and no waiting whole-GPU shape can use
-because its node lacks the free cards a pod needs) averaged over time; admitted jobs (all and MIG);
+because its node lacks the free cards a pod needs; 0 while nothing waits) averaged over time; admitted jobs (all and MIG);
 device utilisation (running jobs' GPU units / capacity; a MIG profile counts its memory slices / 8);
 mean and p90 wait per shape; placement CPU per decision (``DraPlacer.place``). With ``--milp-nodes``
 it also fills small clusters once from a seeded batch larger than they hold, jobs in order (each
@@ -61,6 +61,7 @@ HW = h200.hardware()
 PROFILE = {p["name"]: p for p in HW["profiles"]}
 MIG_PROFILES = ("1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")
 MEAN_DURATION = 3600.0
+WARM_UP = MEAN_DURATION  # averages over time start here
 
 
 @dataclass(frozen=True)
@@ -333,13 +334,9 @@ def replay(
         while next_sample <= t:
             placer.sync(state)
             waiting = {j.shape for j in pending}
-            run.samples.append(
-                (
-                    next_sample,
-                    float(running_units) / capacity,
-                    stranded(scorer, placer.cluster.usage, n_nodes, waiting),
-                )
-            )
+            # nothing waits: nothing is stranded
+            strand = stranded(scorer, placer.cluster.usage, n_nodes, waiting) if waiting else 0.0
+            run.samples.append((next_sample, float(running_units) / capacity, strand))
             next_sample += sample_every
         job = by_key[key]
         if kind == 0:
@@ -386,11 +383,17 @@ def p90(xs: list[float]) -> float:
     return s[min(len(s) - 1, math.ceil(0.9 * len(s)) - 1)] if s else 0.0
 
 
+def avg(r: Run, k: int) -> float:
+    """Time average of sample field k (1 utilisation, 2 stranded) after the warm-up (one mean
+    duration: the cluster fills up first)."""
+    xs = [s[k] for s in r.samples if s[0] >= WARM_UP]
+    return sum(xs) / max(1, len(xs))
+
+
 def report(trace: str, runs: dict[str, Run]) -> None:
     ff = runs[FIRST_FIT]
     for r in runs.values():
-        util = sum(u for _, u, _ in r.samples) / max(1, len(r.samples))
-        strand = sum(s for _, _, s in r.samples) / max(1, len(r.samples))
+        util, strand = avg(r, 1), avg(r, 2)
         cpu = 1000 * r.cpu / max(1, r.decisions)
         print(
             f"[{trace}] {r.policy:18s} stranded {strand:7.2f} GPUs   admitted {r.admitted} (MIG {r.admitted_mig})   "
@@ -402,9 +405,6 @@ def report(trace: str, runs: dict[str, Run]) -> None:
                 f"    {name:9s} n={len(w):5d}  mean wait {sum(w) / len(w) / 60:8.1f} min  p90 {p90(w) / 60:8.1f} min"
             )
     lf = runs[LEAST_FRAGMENTATION]
-
-    def avg(r: Run, k: int) -> float:
-        return sum(s[k] for s in r.samples) / max(1, len(r.samples))
 
     def mean_wait(r: Run, shape: str) -> float:
         w = r.waits.get(shape, [])

@@ -109,6 +109,9 @@ class Scorer:
         self._node_cards: list[tuple[tuple[_Card, ...], tuple[InventoryDevice, ...]]] | None = None
         self._layouts: dict[tuple[object, ...], int] = {}
         self._loss: dict[tuple[int, tuple[Fraction, ...], int], Fraction] = {}
+        self._reps: list[tuple[tuple[tuple[CounterKey, float], ...], tuple[InventoryDevice, ...]]] | None = (
+            None
+        )
         self._placeable: dict[tuple[int, tuple[Fraction, ...]], tuple[int, ...]] = {}
         self._build()
 
@@ -166,14 +169,27 @@ class Scorer:
     def free_units(self, i: int, usage: Usage) -> float:
         """Node i's free GPU units: per card its representative counter's share free, plus its
         free devices without counters (a float: an order, not an amount)."""
-        cards, plain = self._cards_on(i)
+        reps, plain = self._reps_on(i)
         used = usage.counters
         taken = usage.devices
-        free = float(sum(1 for d in plain if not taken.get(d.key, 0)))
-        for c in cards:
-            u = used.get(c.rep)
-            free += 1.0 if not u else 1.0 - float(u) / c.rep_total
+        free = float(len(reps))
+        for d in plain:
+            if not taken.get(d.key, 0):
+                free += 1.0
+        for k, inv in reps:
+            u = used.get(k)
+            if u:
+                free -= u.numerator / u.denominator * inv
         return free
+
+    def _reps_on(self, i: int) -> tuple[tuple[tuple[CounterKey, float], ...], tuple[InventoryDevice, ...]]:
+        """Node i's cards as (representative counter, 1 / its total), and its devices without counters."""
+        if self._reps is None:
+            self._reps = []
+            for j in range(len(self.state.nodes)):
+                cards, plain = self._cards_on(j)
+                self._reps.append((tuple((c.rep, 1.0 / c.rep_total) for c in cards if c.rep_total), plain))
+        return self._reps[i]
 
     def cards(self, i: int, usage: Usage) -> list[tuple[Fraction, tuple[InventoryDevice, ...]]]:
         """Node i's partitionable cards as (share of the representative counter free, the card's

@@ -147,7 +147,9 @@ def test_bad_topology_references_are_reasons(tmp_path: Path) -> None:
 def test_topology_and_flavor_fields_are_validated() -> None:
     from queueing.api.v1beta1 import ResourceFlavor, Topology
 
-    t = Topology.model_validate(topology([{"nodeLabel": RACK}, {"deviceAttribute": "gpu.nvidia.com/cliqueId"}]))
+    t = Topology.model_validate(
+        topology([{"nodeLabel": RACK}, {"deviceAttribute": "gpu.nvidia.com/cliqueId"}])
+    )
     assert [lv.key for lv in t.spec.levels] == [RACK, "gpu.nvidia.com/cliqueId"]
     with pytest.raises(ValueError, match="exactly one of nodeLabel and deviceAttribute"):
         Topology.model_validate(topology([{"nodeLabel": RACK, "deviceAttribute": "x/y"}]))
