@@ -568,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small run (smoke test)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.nodes, args.jobs, args.milp_nodes = 4, 60, "2"
+        args.nodes, args.jobs, args.milp_nodes = 3, 40, "2"
     ref = reference_loop()
     print(f"machine: reference loop {ref:.3f}s (fixed pure-Python work; compares machines and days)")
     traces = {"both": ["mixed", "alibaba"], "all": ["mixed", "alibaba", "rack"]}.get(args.trace, [args.trace])
