@@ -58,6 +58,7 @@ from queueing.api.v1beta1 import (
     LocalQueue,
     PodPlacement,
     ResourceFlavor,
+    Topology,
     Workload,
     WorkloadPriorityClass,
 )
@@ -113,6 +114,7 @@ from queueing.kube.client import (
     RESOURCE_CLAIMS,
     RESOURCE_FLAVORS,
     RESOURCE_SLICES,
+    TOPOLOGIES,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
     KubeClient,
@@ -252,6 +254,7 @@ class Controller:
             return i
 
         self.flavors: Informer[ResourceFlavor] = inf(RESOURCE_FLAVORS, ResourceFlavor)
+        self.topologies: Informer[Topology] = inf(TOPOLOGIES, Topology)  # flavors' topologyName
         self.cohorts: Informer[Cohort] = inf(COHORTS, Cohort)
         self.cluster_queues: Informer[ClusterQueue] = inf(CLUSTER_QUEUES, ClusterQueue)
         self.local_queues: Informer[LocalQueue] = inf(LOCAL_QUEUES, LocalQueue)
@@ -287,6 +290,7 @@ class Controller:
             mirrored.add_mirror(self.cache.apply)
         self.informers: list[Informer[Any]] = [
             self.flavors,
+            self.topologies,
             self.cohorts,
             self.cluster_queues,
             self.local_queues,
@@ -929,6 +933,7 @@ class Controller:
         specs = queue_specs(
             [
                 *self.flavors.list(),
+                *self.topologies.list(),
                 *self.cluster_queues.list(),
                 *self.cohorts.list(),
                 *self.local_queues.list(),
