@@ -576,7 +576,7 @@ class ResourceFlavorSpec(SpecModel):
             "(the default): nodes in name order and devices in inventory order, as kube-scheduler's "
             "allocator. `LeastFragmentation`: best fit, the placement that leaves the most for larger "
             "shapes (fewest free GPUs on a node first; MIG slices where they block the fewest larger "
-            "profiles). Whether a gang fits is the same under both."
+            "profiles). A gang fits under LeastFragmentation whenever it fits under FirstFit."
         ),
     )
 

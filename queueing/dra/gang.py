@@ -1037,6 +1037,7 @@ def place_gang(
     max_node_checks: int = DEFAULT_MAX_NODE_CHECKS,
     node_order: Sequence[int] | None = None,
     device_order: DeviceOrder | None = None,
+    explain: bool = True,
 ) -> GangResult:
     """Place every pod of the gang or none. On success the result's transaction is open (tentative):
     commit or discard it. On failure the state is unchanged and the result explains why.
@@ -1044,6 +1045,7 @@ def place_gang(
     ``node_order`` (a permutation of node indexes, or a subset: a topology domain) and
     ``device_order`` (see ``Allocator.allocate_on``) come from a placement score
     (``queueing.dra.scoring``): the same exact search, trying nodes and devices in that order.
+    ``explain=False``: a failure's explanation only says whether the bound stopped the search.
 
     Raises ``AllocationError`` for input errors that abort allocation (unknown class or claim,
     CEL errors, ...)."""
@@ -1059,7 +1061,10 @@ def place_gang(
                 gang._undo()
         if ok:
             return GangResult(True, tuple(gang.placements), None, txn, gang.checks)
-        explanation = gang.explain(bound_hit)
+        if explain:
+            explanation = gang.explain(bound_hit)
+        else:  # the caller explains otherwise: only whether the bound stopped the search
+            explanation = GangExplanation.of("", ("not placed",), None, gang.checks, bound_hit)
         checks = gang.checks
     except BaseException:
         if txn.status == "tentative":

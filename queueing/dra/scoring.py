@@ -8,9 +8,11 @@ devices, so the first placement it reaches is the best one by the score's order:
 * ``FirstFit`` (the default): cluster order and inventory order, as upstream. Nothing here runs.
 * ``LeastFragmentation``: best fit at every level, measured by what a placement leaves placeable.
 
-  - **Nodes**: fewest free *GPU units* first (a counter set, i.e. a partitionable GPU, counts by the
-    share of its representative counter still free; a device without counters counts 1 when free),
-    so small jobs fill half-used nodes and whole nodes stay free for whole-node gangs.
+  - **Nodes**: fewest *whole free devices* first (untouched cards and free devices without
+    counters), then fewest free *GPU units* (a counter set, i.e. a partitionable GPU, counts by the
+    share of its representative counter still free; a device without counters counts 1 when free):
+    small jobs fill used nodes, MIG jobs go where a card is already partitioned, and whole nodes
+    stay free for whole-node gangs.
   - **Partitionable devices** (MIG): a candidate is ranked by the *loss* it causes on its card: the
     summed weight of the card's devices (every profile at every start position, and the whole GPU)
     that are placeable now and no longer placeable once the candidate's counters are taken. The
@@ -22,8 +24,11 @@ devices, so the first placement it reaches is the best one by the score's order:
     the group with the most devices taken first, so GPU/NIC pairs under one root stay free together.
 
 Identical pods are still placed in non-decreasing positions (of the score's node order), so no
-placement is lost: a gang fits under ``LeastFragmentation`` exactly when it fits under
-``FirstFit`` (given the same bound). Per candidate list the scorer computes a card's state once and
+node assignment is lost. The search backtracks over nodes, not over the devices an earlier pod took
+on a node (as kube-scheduler, which allocates pod by pod), so with partitionable devices another
+device order may find a fit first fit misses, or miss one it finds: when the scored search misses,
+first fit's search decides (and explains). A gang fits under ``LeastFragmentation`` whenever it
+fits under ``FirstFit``, and exactly then when no two pods share a node's partitionable cards. Per candidate list the scorer computes a card's state once and
 memoises the loss per (card layout, counters used, candidate); with ``verify=True`` each memoised
 loss is computed again and compared (``VerifyError``).
 """
@@ -217,11 +222,23 @@ class Scorer:
         out.extend((Fraction(1), (d,)) for d in plain if not usage.devices.get(d.key, 0))
         return out
 
+    def whole_free(self, i: int, usage: Usage) -> int:
+        """Node i's untouched cards and free devices without counters: what whole-device pods use."""
+        reps, plain = self._reps_on(i)
+        used = usage.counters
+        taken = usage.devices
+        return sum(1 for k, _ in reps if not used.get(k)) + sum(1 for d in plain if not taken.get(d.key, 0))
+
+    def node_key(self, i: int, usage: Usage) -> tuple[int, float, int]:
+        """Best fit: fewest whole free devices first (a whole-GPU pod fills the node it fits on most
+        tightly; a MIG pod goes where a card is already partitioned), then fewest free GPU units."""
+        return (self.whole_free(i, usage), self.free_units(i, usage), i)
+
     def node_order(self, nodes: Sequence[int] | None = None) -> tuple[int, ...]:
-        """``nodes`` (default all) with the fewest free GPU units first, then cluster order."""
+        """``nodes`` (default all) by ``node_key``."""
         usage = self.state.usage
         idx = range(len(self.state.nodes)) if nodes is None else nodes
-        return tuple(sorted(idx, key=lambda i: (self.free_units(i, usage), i)))
+        return tuple(sorted(idx, key=lambda i: self.node_key(i, usage)))
 
     # ---- device order ------------------------------------------------------------------------
     def loss(self, card: _Card, used: tuple[Fraction, ...], k: int) -> Fraction:
@@ -299,10 +316,19 @@ def place_scored(
     if policy != LEAST_FRAGMENTATION:
         raise ValueError(f"placement policy {policy!r}: must be one of {', '.join(POLICIES)}")
     sc = scorer if scorer is not None else Scorer(state)
-    return place_gang(
+    r = place_gang(
         pods,
         state,
         max_node_checks=max_node_checks,
         node_order=sc.node_order(nodes),
         device_order=sc.device_order,  # type: ignore[arg-type]
+        explain=False,
     )
+    if r.placed:
+        return r
+    # The gang search backtracks over nodes, not over the devices an earlier pod took on a node
+    # (kube-scheduler allocates pod by pod too): another device order can miss a fit first fit's
+    # finds, or find one it misses. So a miss is first fit's answer, with its explanation: the
+    # gang fits under LeastFragmentation whenever it fits under FirstFit.
+    order = None if nodes is None else tuple(sorted(nodes))
+    return place_gang(pods, state, max_node_checks=max_node_checks, node_order=order)

@@ -197,7 +197,7 @@ def counters_ok(st_: ClusterState, slices: list[ResourceSlice]) -> None:
     gang=st.lists(st.sampled_from(SHAPES), min_size=1, max_size=4),
     n_nodes=st.integers(1, 3),
 )
-def test_least_fragmentation_is_valid_and_feasible_exactly_when_first_fit_is(
+def test_least_fragmentation_is_valid_and_feasible_when_first_fit_is(
     before: list[str], gang: list[str], n_nodes: int
 ) -> None:
     nodes, slices = cluster(n_nodes, 2)
@@ -237,7 +237,13 @@ def test_least_fragmentation_is_valid_and_feasible_exactly_when_first_fit_is(
         counters_ok(st_, slices)
         r.transaction.discard()
         assert st_.usage.devices == taken
-    assert answers[FIRST_FIT] == answers[LEAST_FRAGMENTATION]
+    # first fit decides a scored miss: LeastFragmentation fits whenever FirstFit does; it may fit
+    # where first fit does not (another device order for an earlier pod on a shared card), so
+    # exactly when FirstFit does for whole GPUs alone (no partitionable card shared by two pods)
+    if answers[FIRST_FIT]:
+        assert answers[LEAST_FRAGMENTATION]
+    if all(not s.startswith("mig-") for s in before + gang):
+        assert answers[FIRST_FIT] == answers[LEAST_FRAGMENTATION]
 
 
 def test_plain_devices_prefer_the_used_pcie_root() -> None:
