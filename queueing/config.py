@@ -52,6 +52,7 @@ __all__ = [
     "ENV_PREFIX",
     "Config",
     "ConfigError",
+    "DashboardConfig",
     "HealthConfig",
     "LeaderElectionConfig",
     "LedgerConfig",
@@ -185,6 +186,21 @@ class HealthConfig(_Section):
         return _bind_address(v)
 
 
+class DashboardConfig(_Section):
+    """The read-only web dashboard (no Kueue equivalent; Kueue's KueueViz is a separate deployment)."""
+
+    bind_address: str | None = Field(
+        None,
+        description="Where the read-only dashboard (queues, workloads, device map, history) is served, "
+        "`HOST:PORT` or `:PORT`. Empty: off.",
+    )
+
+    @field_validator("bind_address")
+    @classmethod
+    def _addr(cls, v: str | None) -> str | None:
+        return None if v is None or v == "" else _bind_address(v)
+
+
 class LedgerConfig(_Section):
     """The ledger's periodic compaction (no Kueue equivalent)."""
 
@@ -270,6 +286,9 @@ class Config(BaseSettings):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="The metrics endpoint.")
     health: HealthConfig = Field(default_factory=HealthConfig, description="The probe endpoints.")
     ledger: LedgerConfig = Field(default_factory=LedgerConfig, description="Ledger compaction.")
+    dashboard: DashboardConfig = Field(
+        default_factory=DashboardConfig, description="The read-only web dashboard (off by default)."
+    )
     resync_period: float = _duration(
         "Interval of the full re-sync: re-list every watched kind and reconcile the ledger with the cluster.",
         default=600.0,

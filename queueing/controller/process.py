@@ -34,6 +34,7 @@ from queueing.controller.controller import Controller
 from queueing.controller.http import ControllerHTTP
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.periodic import INADMISSIBLE_RECHECK, PeriodicJobs
+from queueing.dashboard import ControllerSource, DashboardServer  # dashboard
 from queueing.kube.client import KubeClient
 from queueing.kube.leader import Clock, LeaderElectionSettings, LeaderElector
 from queueing.ledger.engine import is_postgres
@@ -79,6 +80,10 @@ class ControllerProcess:
             if is_postgres(ledger.engine):
                 self.http.add_ready_check("ledger", self._ledger_check)
             self.http.add_health_check("leader-election", lambda: "failed" if self._failed else None)
+        # dashboard: the read-only web UI on dashboard.bindAddress (off unless set)
+        self.dashboard: DashboardServer | None = None
+        if serve_http and config.dashboard.bind_address:
+            self.dashboard = DashboardServer(ControllerSource(self.controller, ledger))
         self.jobs = PeriodicJobs(config, metrics=self.metrics) if periodic else None
         self.lease = f"{config.lease_namespace}/{config.leader_election.resource_name}"
         self.elector: LeaderElector | None = None
@@ -123,6 +128,8 @@ class ControllerProcess:
             await self.http.start(
                 self.config.metrics.bind_address, self.config.health.health_probe_bind_address
             )
+        if self.dashboard is not None and self.config.dashboard.bind_address:  # dashboard
+            await self.dashboard.start(self.config.dashboard.bind_address)
         self.controller.slices.add_handler(self._on_slices)
         await self.controller.start(timeout, lead=False)
         if self.jobs is not None:
@@ -209,5 +216,7 @@ class ControllerProcess:
         await self.controller.stop()
         if self.http is not None:
             await self.http.stop()
+        if self.dashboard is not None:  # dashboard
+            await self.dashboard.stop()
         if stop_run and self.run_id is not None:
             await self.ledger.stop_run(self.run_id, at=self.clock())
