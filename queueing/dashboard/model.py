@@ -293,6 +293,7 @@ def workloads_view(inp: DashboardInput, limit: int = 2000) -> dict[str, Any]:
 @dataclass
 class _Card:
     node: str
+    pool: tuple[str, str]  # (driver, pool) of its devices
     label: str
     slices: int  # memory-slice cells (1 for a device without counters)
     key: DeviceKey | None = None  # the device that spans the whole card (a whole GPU), if any
@@ -311,6 +312,7 @@ class DeviceLayout:
     def __init__(self, slices: Iterable[ResourceSlice]) -> None:
         DeviceLayout._made += 1
         self.id = DeviceLayout._made  # the page redraws the cards only when this changes
+        self._json: dict[str, Any] | None = None
         self.cards: list[_Card] = []
         self.nodes: list[tuple[str, list[int]]] = []  # node -> its card indexes, in order
         self.where: dict[DeviceKey, tuple[int, int, int]] = {}  # device -> (card, start, size)
@@ -328,7 +330,7 @@ class DeviceLayout:
                 if n:
                     sets[(spec.driver, spec.pool.name, cs.name)] = len(self.cards)
                     cards.append(len(self.cards))
-                    self.cards.append(_Card(node, cs.name, n))
+                    self.cards.append(_Card(node, (spec.driver, spec.pool.name), cs.name, n))
         for s in ordered:
             spec = s.spec
             node = spec.node_name or f"pool {spec.pool.name}"
@@ -350,7 +352,7 @@ class DeviceLayout:
                 if placed is None:
                     card = len(self.cards)
                     cards.append(card)
-                    self.cards.append(_Card(node, d.name, 1, key))
+                    self.cards.append(_Card(node, (spec.driver, spec.pool.name), d.name, 1, key))
                     placed = (card, 0, 1)
                 c = self.cards[placed[0]]
                 if placed[2] == c.slices and c.key is None:
@@ -371,20 +373,26 @@ class DeviceLayout:
         return layout
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "nodes": [
-                [
-                    node,
-                    [
-                        [c.label, c.slices, 1 if c.tainted else 0, "/".join(c.key) if c.key else ""]
-                        for c in (self.cards[i] for i in cards)
-                    ],
-                ]
-                for node, cards in self.nodes
-            ],
-            "cards": len(self.cards),
-            "id": self.id,
-        }
+        """``{"pools": ["driver/pool", ...], "nodes": [[node, [[card, label, cells, tainted, pool,
+        whole], ...]], ...]}``: ``whole`` 1 when the card's label is the name of the device spanning
+        it (a whole GPU). Computed once per layout."""
+        if self._json is None:
+            pools: dict[tuple[str, str], int] = {}
+            nodes = []
+            for node, cards in self.nodes:
+                row = []
+                for i in cards:
+                    c = self.cards[i]
+                    p = pools.setdefault(c.pool, len(pools))
+                    row.append([i, c.label, c.slices, 1 if c.tainted else 0, p, 1 if c.key else 0])
+                nodes.append([node, row])
+            self._json = {
+                "pools": ["/".join(p) for p in pools],
+                "nodes": nodes,
+                "cards": len(self.cards),
+                "id": self.id,
+            }
+        return self._json
 
 
 def _natural(s: str) -> list[Any]:
@@ -423,7 +431,7 @@ def _holders(inp: DashboardInput) -> tuple[list[dict[str, Any]], dict[DeviceKey,
 
 def devices_view(inp: DashboardInput, layout: DeviceLayout | None = None) -> dict[str, Any]:
     """The device map: the layout, the holders and every held device as ``[card, start, size, holder,
-    device, claim]`` (the device as ``driver/pool/name``)."""
+    device, claim]`` (the device by its name in the card's pool)."""
     layout = layout or DeviceLayout.for_slices(inp.slices)
     holders, held = _holders(inp)
     items = []
@@ -431,7 +439,7 @@ def devices_view(inp: DashboardInput, layout: DeviceLayout | None = None) -> dic
         w = layout.where.get(k)
         if w is None:
             continue  # a planned device no slice publishes (any more)
-        items.append([w[0], w[1], w[2], h, "/".join(k), claim])
+        items.append([w[0], w[1], w[2], h, k[2], claim])
     items.sort()
     return {"now": inp.now, "layout": layout.to_json(), "holders": holders, "held": items}
 

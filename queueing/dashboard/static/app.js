@@ -11,12 +11,13 @@
 
   const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
   const fmt = (v) => (v == null ? "–" : v);
-  function hue(s) {
+  function hash(s) {
     let h = 2166136261;
     for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 16777619); }
-    return ((h >>> 0) % 360);
+    return h >>> 0;
   }
-  const colour = (s) => `hsl(${hue(s)},62%,52%)`;
+  // a colour per name, stable across updates: 24 hues x 3 lightness levels
+  const colour = (s) => { const h = hash(s); return `hsl(${(h % 24) * 15},${58 + ((h >>> 8) % 3) * 10}%,${42 + ((h >>> 12) % 3) * 9}%)`; };
   const when = (t) => (replay ? `${Math.round(t * 1000) / 1000} s` : new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19));
 
   function query(extra) {
@@ -38,6 +39,11 @@
         render(body.data);
         document.body.dataset.version = body.version;
         document.body.dataset.renderMs = Math.round(performance.now() - t0);
+        if (!document.body.dataset.firstRender) {
+          // ms since navigation start: the page's data is in the DOM; then painted (bench/dashboard_render.py)
+          document.body.dataset.firstRender = Math.round(performance.now());
+          requestAnimationFrame(() => setTimeout(() => { document.body.dataset.firstPaint = Math.round(performance.now()); }, 0));
+        }
       }
       status.textContent = replay ? `replay · t = ${state.t} s` : `live · ${new Date().toLocaleTimeString()}`;
       status.classList.remove("error");
@@ -116,19 +122,21 @@
     const L = d.layout;
     if (state.layoutId !== L.id) {
       state.layoutId = L.id;
+      state.cardPool = new Array(L.cards);
       let html = `<h1>Device map</h1><div class="tools">colour by <select id="colorBy"><option value="workload">workload</option><option value="queue">ClusterQueue</option></select>
         <input id="filter" placeholder="filter nodes" size="16"> <span id="legend"></span></div><div id="map">`;
-      let idx = 0;
       for (const [node, cards] of L.nodes) {
         html += `<div class="node" data-node="${esc(node)}"><div class="nname">${esc(node)}</div><div class="cards">`;
-        for (const [label, n, tainted, key] of cards) {
+        for (const [idx, label, n, tainted, pool, whole] of cards) {
+          const key = whole ? `${L.pools[pool]}/${label}` : "";
+          state.cardPool[idx] = L.pools[pool];
           html += `<div class="card${tainted ? " tainted" : ""}" data-card="${idx}" data-label="${esc(label)}" data-key="${esc(key)}" style="--n:${n}" title="${esc(label)}"></div>`;
-          idx++;
         }
         html += "</div></div>";
       }
       main.innerHTML = html + "</div>";
-      state.cards = main.querySelectorAll(".card");
+      state.cards = new Array(L.cards);
+      for (const el of main.querySelectorAll(".card")) state.cards[+el.dataset.card] = el;
       state.filled = new Set();
       const sel = document.getElementById("colorBy");
       sel.value = state.colorBy;
@@ -152,11 +160,13 @@
     const cards = state.cards;
     const touched = new Set([...state.filled, ...byCard.keys()]);
     for (const c of touched) {
-      if (c < 0 || c >= cards.length) continue;
+      if (!cards[c]) continue;
       const items = byCard.get(c) || [];
       const n = parseInt(cards[c].style.getPropertyValue("--n"), 10) || 1;
-      cards[c].innerHTML = items.map(([, start, size, h, dev, claim]) => {
+      const pool = state.cardPool[c];
+      cards[c].innerHTML = items.map(([, start, size, h, name, claim]) => {
         const H = d.holders[h];
+        const dev = `${pool}/${name}`;
         return `<div class="inst ${H.state}" data-device="${esc(dev)}" data-holder="${esc(H.key)}" data-queue="${esc(H.clusterQueue || "")}" data-state="${H.state}" data-start="${start}" data-size="${size}" style="left:${100 * start / n}%;width:${100 * size / n}%;background-color:${holderColour(H)}" title="${esc(dev.split("/").pop())} · ${esc(H.key)}${claim ? " · claim " + esc(claim) : ""}"></div>`;
       }).join("");
     }
