@@ -923,6 +923,11 @@ class Controller:
                 invalid[wl.key] = str(e)
         return infos, by_key, invalid
 
+    # dashboard: the pending workloads as the next cycle sees them, and key -> why invalid (read-only)
+    def pending_infos(self) -> tuple[list[WorkloadInfo], dict[str, str]]:
+        infos, _, invalid = self._pending(self._context())
+        return infos, invalid
+
     async def _schedule(self) -> None:
         ctx = self._context()
         pending, by_key, invalid = self._pending(ctx)

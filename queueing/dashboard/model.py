@@ -79,6 +79,7 @@ class DashboardInput:
     evicting: Mapping[str, str] = field(default_factory=dict)  # workload key -> eviction reason
     pending: Sequence[WorkloadInfo] = ()
     reasons: Mapping[str, PendingReason] = field(default_factory=dict)  # workload key -> reason
+    invalid: Mapping[str, str] = field(default_factory=dict)  # workload key -> why it cannot queue
     inactive: Mapping[str, str] = field(default_factory=dict)  # ClusterQueue -> why inactive
     slices: Sequence[ResourceSlice] = ()
     # devices allocated to ResourceClaims outside any admission: device -> "namespace/claim"
@@ -286,7 +287,14 @@ def workloads_view(inp: DashboardInput, limit: int = 2000) -> dict[str, Any]:
                 ],
             }
         )
-    return {"now": inp.now, "pending": pending, "pendingTotal": len(order), "admitted": admitted}
+    invalid = [{"key": k, "message": m} for k, m in sorted(inp.invalid.items())]
+    return {
+        "now": inp.now,
+        "pending": pending,
+        "pendingTotal": len(order),
+        "invalid": invalid,
+        "admitted": admitted,
+    }
 
 
 # ---------------------------------------------------------------- device map

@@ -79,6 +79,7 @@ class DashboardServer:
         self._snap: tuple[Any, float, float | None, DashboardInput] | None = None
         self._built: dict[tuple[str, float | None], _Built] = {}
         self._versions = 0
+        self._colours: dict[str, int] = {}
         self._static = {
             name: resources.files(__package__).joinpath("static", name).read_bytes() for name in STATIC
         }
@@ -112,6 +113,25 @@ class DashboardServer:
             self._built.clear()
         self._built[key] = b
         return b
+
+    def colour(self, name: str) -> int:
+        """The colour index of a workload or queue: given in the order names are first shown and kept
+        for the server's lifetime, so colours stay put across updates and the first ones are far
+        apart (the page turns index i into the hue i x 137.5°)."""
+        return self._colours.setdefault(name, len(self._colours))
+
+    def _paint(self, part: str, data: dict[str, Any]) -> dict[str, Any]:
+        if part == "queues":
+            for q in data["clusterQueues"]:
+                q["colour"] = self.colour(q["name"])
+        elif part == "workloads":
+            for w in data["admitted"]:
+                w["colour"] = self.colour(w["key"])
+        elif part == "devices":
+            for h in data["holders"]:
+                h["colour"] = self.colour(h["key"])
+                h["queueColour"] = self.colour(h["clusterQueue"]) if h["clusterQueue"] else None
+        return data
 
     @staticmethod
     def _at(request: web.Request) -> float | None:
@@ -147,7 +167,7 @@ class DashboardServer:
             raise web.HTTPNotFound(text=f"no such view: {part}")
 
         def build() -> Any:
-            return view(self._snapshot(at)[1])
+            return self._paint(part, view(self._snapshot(at)[1]))
 
         return self._answer(request, self._part(part, at, build))
 

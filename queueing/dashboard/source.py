@@ -16,20 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Sequence
-from datetime import datetime
 from typing import Any, Protocol
 
-from queueing.api.v1beta1 import FINISHED, QUOTA_RESERVED, Admission, Workload
+from queueing.api.v1beta1 import QUOTA_RESERVED, Admission
 from queueing.dashboard.model import DashboardInput, DeviceKey, PlannedPod
 from queueing.scheduling.cycle import PendingReason
-from queueing.scheduling.from_api import (
-    ApiContext,
-    FromApiError,
-    admission_status,
-    queue_specs,
-    workload_info,
-)
-from queueing.scheduling.snapshot import AdmittedWorkload, WorkloadInfo
+from queueing.scheduling.from_api import admission_status, queue_specs
+from queueing.scheduling.snapshot import AdmittedWorkload
 
 __all__ = ["ControllerSource", "DashboardSource", "ReplaySource", "planned_pods"]
 
@@ -68,15 +61,6 @@ def planned_pods(admission: Admission) -> tuple[PlannedPod, ...]:
     return tuple(out)
 
 
-def _epoch(ts: str | None) -> float:
-    if not ts:
-        return 0.0
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
 # ---------------------------------------------------------------- the controller
 class ControllerSource:
     """The live state of a :class:`~queueing.controller.controller.Controller` (duck-typed: only the
@@ -110,22 +94,11 @@ class ControllerSource:
             a.key: planned_pods(adm) for uid, adm in dict(c.admissions).items() if (a := admitted.get(uid))
         }
         evicting = {e.key: e.reason for e in dict(c.evicting).values()}
-        ctx = ApiContext.from_objects(
-            [
-                *c.device_classes.list(),
-                *c.templates.list(),
-                *c.claims.list(),
-                *c.workload_priority_classes.list(),
-                *c.priority_classes.list(),
-            ]
-        )
-        pending: list[WorkloadInfo] = []
+        pending, invalid = c.pending_infos()  # the cycle's own view of what is pending
         reasons: dict[str, PendingReason] = dict(c.pending_reasons)
-        for wl in c.workloads.list():
-            if wl.key in by_key or not _pending(wl):
-                continue
-            pending.append(_info(wl, ctx))
-            if wl.key not in reasons and (qr := wl.status.condition(QUOTA_RESERVED)) is not None:
+        for wl in c.workloads.list():  # a reason the controller wrote before this run (a restart)
+            qr = wl.status.condition(QUOTA_RESERVED)
+            if wl.key not in reasons and wl.key not in by_key and qr is not None and qr.status != "True":
                 reasons[wl.key] = PendingReason(None, qr.reason or "", qr.message or "")
         claims: dict[DeviceKey, str] = {}
         for claim in c.claims.list():
@@ -144,6 +117,7 @@ class ControllerSource:
             evicting=evicting,
             pending=pending,
             reasons=reasons,
+            invalid=invalid,
             inactive=dict(c.inactive_cluster_queues),
             slices=c.slices.list(),
             claims=claims,
@@ -155,31 +129,6 @@ class ControllerSource:
         from queueing.dashboard.history import ledger_history
 
         return await ledger_history(self.ledger.engine, HISTORY_REPORTS, HISTORY_EVENTS)
-
-
-def _pending(wl: Workload) -> bool:
-    st = wl.status
-    return not (st.is_true(FINISHED) or st.is_true(QUOTA_RESERVED) or wl.metadata.deletion_timestamp)
-
-
-def _info(wl: Workload, ctx: ApiContext) -> WorkloadInfo:
-    rs = wl.status.requeue_state
-    backoff = _epoch(rs.requeue_at) if rs is not None and rs.requeue_at else None
-    created = _epoch(wl.metadata.creation_timestamp)
-    try:
-        return workload_info(wl, ctx, creation_time=created, backoff_until=backoff or None)
-    except FromApiError:
-        # an invalid Workload is shown all the same (its condition says what is wrong)
-        return WorkloadInfo(
-            namespace=wl.namespace or "default",
-            name=wl.name,
-            queue_name=wl.spec.queue_name or "",
-            pod_sets=(),
-            priority=wl.spec.priority or 0,
-            creation_time=created,
-            uid=wl.metadata.uid or "",
-            active=wl.spec.active is not False,
-        )
 
 
 # ---------------------------------------------------------------- a simulation replay

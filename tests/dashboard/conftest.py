@@ -16,8 +16,8 @@ from queueing.config import Config
 from queueing.dashboard import ControllerSource, DashboardServer
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
-from queueing.testing.cluster import StandIns
-from tests.controller.conftest import Harness, admin, emu, ledger  # noqa: F401  (fixtures)
+from tests.controller.conftest import Harness, admin, cluster, config, emu, ledger  # noqa: F401  (fixtures)
+from tests.controller.test_process import replicas  # noqa: F401  (fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "dra"))
 import h200
@@ -172,16 +172,10 @@ class Live:
 
 
 @pytest.fixture
-async def live(emu: Emulator, ledger: Ledger) -> AsyncIterator[Live]:  # noqa: F811
+async def live(emu: Emulator, ledger: Ledger, config: Config) -> AsyncIterator[Live]:  # noqa: F811
     emu.load_objects(h200_objects())
-    lv = Live(Harness(emu, ledger, Config()))
+    lv = Live(Harness(emu, ledger, config))
     try:
         yield lv
     finally:
         await lv.stop()
-
-
-@pytest.fixture
-async def standins(emu: Emulator) -> AsyncIterator[StandIns]:  # noqa: F811
-    async with StandIns(emu, allocate_claims=True) as s:
-        yield s

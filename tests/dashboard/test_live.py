@@ -59,13 +59,19 @@ async def wait_holders(page: Any, devices: list[str], holder: str, timeout_ms: f
     return time.monotonic() - t0
 
 
-async def test_device_map_follows_the_cluster(
-    emu: Emulator, admin: KubeClient, live: Live, standins: StandIns, browser: Any
-) -> None:
+async def device_map(live: Live, browser: Any) -> Any:
+    """The controller started, its device map open in a new page."""
     await live.start()
     page = await browser.new_page(viewport=VIEWPORT)
     await page.goto(f"{live.url}/devices")
     await page.wait_for_selector(f'.node[data-node="{MIG_NODE}"] .card')
+    return page
+
+
+async def test_device_map_follows_the_cluster(
+    emu: Emulator, admin: KubeClient, live: Live, cluster: StandIns, browser: Any
+) -> None:
+    page = await device_map(live, browser)
 
     # a gang of two pods x 4 whole GPUs: on the map on exactly its planned GPUs
     await admin.create(JOBS, gpu_job("train", "gpus-4", "training", parallelism=2))
@@ -107,6 +113,14 @@ async def test_device_map_follows_the_cluster(
     text = await page.inner_text("#detail")
     assert "default/job-mig-3g" in text and "3g.71gb" in text and "placementStart" in text
     assert "memory slices" in text
+    # for the screenshots: a second MIG instance on the card, and a gang that waits for quota
+    await admin.create(JOBS, gpu_job("mig-1g", "mig-1g", "inference"))
+    (mig1,) = plan_devices(await eventually(lambda: admitted(emu, "job-mig-1g"), "1g admitted"))
+    await wait_holders(page, [mig1], "default/job-mig-1g")
+    await admin.create(JOBS, gpu_job("big", "gpus-8", "training", parallelism=2))
+    await eventually(
+        lambda: (c := cond(workload(emu, "job-big"), "QuotaReserved")) and c["status"] == "False", "big waits"
+    )
     await page.screenshot(path=str(DOCS / "dashboard-devices.png"))
 
     # the other pages, with the same state
@@ -118,6 +132,8 @@ async def test_device_map_follows_the_cluster(
             assert await page.inner_text('.cq[data-cq="training"] [data-admitted]') == "1"
         if name == "workloads":
             await page.wait_for_selector('#admitted tr[data-workload="default/job-train"]')
+            row = await page.wait_for_selector('#pending tr[data-workload="default/job-big"]')
+            assert row is not None and "1 / 1" in await row.inner_text()  # its position, with its reason
         if name == "history":
             await page.wait_for_selector('#events tr[data-event="Admitted"]')
         await page.screenshot(path=str(DOCS / f"dashboard-{name}.png"), full_page=name != "history")
@@ -129,12 +145,9 @@ def emu_slices(emu: Emulator) -> list[dict[str, Any]]:
 
 
 async def test_a_preemption_moves_the_colours(
-    emu: Emulator, admin: KubeClient, live: Live, standins: StandIns, browser: Any
+    emu: Emulator, admin: KubeClient, live: Live, cluster: StandIns, browser: Any
 ) -> None:
-    await live.start()
-    page = await browser.new_page(viewport=VIEWPORT)
-    await page.goto(f"{live.url}/devices")
-    await page.wait_for_selector(".card")
+    page = await device_map(live, browser)
     # the low-priority gang takes all 16 whole GPUs (training borrows 8 from its cohort)
     await admin.create(JOBS, gpu_job("low", "gpus-8", "training", parallelism=2, priority="low"))
     low = plan_devices(await eventually(lambda: admitted(emu, "job-low"), "low admitted", timeout=30))

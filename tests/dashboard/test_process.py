@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
 from queueing.config import Config, ConfigError, load_config
 from queueing.kube.client import JOBS, KubeClient
-from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from queueing.testing.cluster import StandIns
 from tests.controller.conftest import job
@@ -28,17 +26,8 @@ def config() -> Config:
     )
 
 
-@pytest.fixture
-async def replicas(emu: Emulator, ledger: Ledger, config: Config) -> AsyncIterator[Replicas]:
-    r = Replicas(emu, ledger, config)
-    try:
-        yield r
-    finally:
-        await r.close()
-
-
 async def test_controller_process_serves_the_dashboard_on_its_bind_address(
-    emu: Emulator, admin: KubeClient, replicas: Replicas, standins: StandIns
+    emu: Emulator, admin: KubeClient, replicas: Replicas, cluster: StandIns
 ) -> None:
     proc = await replicas.start("only", serve_http=True)
     assert proc.dashboard is not None and proc.dashboard.port

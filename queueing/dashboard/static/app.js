@@ -11,13 +11,9 @@
 
   const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
   const fmt = (v) => (v == null ? "–" : v);
-  function hash(s) {
-    let h = 2166136261;
-    for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 16777619); }
-    return h >>> 0;
-  }
-  // a colour per name, stable across updates: 24 hues x 3 lightness levels
-  const colour = (s) => { const h = hash(s); return `hsl(${(h % 24) * 15},${58 + ((h >>> 8) % 3) * 10}%,${42 + ((h >>> 12) % 3) * 9}%)`; };
+  // the server gives every workload and queue a colour index, kept while it runs: index i is the hue
+  // i x 137.5° (the golden angle: the first colours are far apart), lightness varies per turn
+  const colour = (i) => `hsl(${(i * 137.508) % 360},${62 + (Math.floor(i / 3) % 2) * 12}%,${46 + (Math.floor(i / 7) % 3) * 7}%)`;
   const when = (t) => (replay ? `${Math.round(t * 1000) / 1000} s` : new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19));
 
   function query(extra) {
@@ -82,7 +78,7 @@
         <td class="num">${esc(r.borrowed)}</td><td class="num">${esc(r.lent)}</td>
         <td class="num">${esc(fmt(r.borrowingLimit))}</td><td class="num">${esc(fmt(r.lendingLimit))}</td></tr>`).join("");
       const lqs = (lqsOf[q.name] || []).map((l) => `<li data-lq="${esc(l.key)}">LocalQueue <b>${esc(l.key)}</b> · ${l.pending} pending · ${l.admitted} admitted${l.stopPolicy !== "None" ? ` <span class="badge stop">stopped: ${esc(l.stopPolicy)}</span>` : ""}</li>`).join("");
-      return `<div class="cq" data-cq="${esc(q.name)}"><h3><span class="swatch" style="background:${colour(q.name)}"></span>ClusterQueue ${esc(q.name)} ${stop}${inactive}</h3>
+      return `<div class="cq" data-cq="${esc(q.name)}"><h3><span class="swatch" style="background:${colour(q.colour)}"></span>ClusterQueue ${esc(q.name)} ${stop}${inactive}</h3>
         <p class="meta">weight ${q.weight} · weighted share <b data-share>${share}</b> · <b data-pending>${q.pending}</b> pending · <b data-admitted>${q.admitted}</b> admitted</p>
         <table class="quota"><thead><tr><th>flavor</th><th>resource</th><th>nominal</th><th>usage</th><th></th><th>borrowed</th><th>lent</th><th>borrowing limit</th><th>lending limit</th></tr></thead><tbody>${rows}</tbody></table>
         <ul class="lqs">${lqs}</ul></div>`;
@@ -102,12 +98,13 @@
     const adm = d.admitted.map((w) => {
       const plan = w.pods.map((p) => `<div class="pod"><b>${esc(p.podSet)}-${p.index}</b> → ${esc(p.node)}: ${p.devices.map((x) => `<code>${esc(x.device.split("/").slice(1).join("/"))}</code>`).join(" ")}</div>`).join("");
       const usage = Object.entries(w.usage).map(([k, v]) => `${esc(k)}=${esc(v)}`).join(", ");
-      return `<tr data-workload="${esc(w.key)}"><td><span class="swatch" style="background:${colour(w.key)}"></span><b>${esc(w.key)}</b></td><td>${esc(w.clusterQueue)}</td><td>${esc(w.localQueue)}</td>
+      return `<tr data-workload="${esc(w.key)}"><td><span class="swatch" style="background:${colour(w.colour)}"></span><b>${esc(w.key)}</b></td><td>${esc(w.clusterQueue)}</td><td>${esc(w.localQueue)}</td>
         <td>${w.evicting ? `<span class="badge warn">evicting: ${esc(w.evicting)}</span>` : "admitted"}</td><td>${esc(when(w.admittedAt))}</td><td class="msg">${usage}</td><td>${plan}</td></tr>`;
     }).join("");
     main.innerHTML = `<h1>Workloads</h1>
       <h2>Pending (${d.pendingTotal}), in admission order per ClusterQueue</h2>
       <table class="list" id="pending"><thead><tr><th>position</th><th>workload</th><th>LocalQueue</th><th>ClusterQueue</th><th>priority</th><th>pods</th><th>reason</th><th>message</th></tr></thead><tbody>${pend}</tbody></table>
+      ${d.invalid.length ? `<h2>Invalid (${d.invalid.length}): not in any queue</h2><table class="list" id="invalid"><tbody>${d.invalid.map((w) => `<tr data-workload="${esc(w.key)}"><td><b>${esc(w.key)}</b></td><td class="msg">${esc(w.message)}</td></tr>`).join("")}</tbody></table>` : ""}
       <h2>Admitted (${d.admitted.length})</h2>
       <table class="list" id="admitted"><thead><tr><th>workload</th><th>ClusterQueue</th><th>LocalQueue</th><th>state</th><th>admitted</th><th>usage</th><th>plan</th></tr></thead><tbody>${adm}</tbody></table>`;
   }
@@ -115,7 +112,7 @@
   // ------------------------------------------------------------------ Device map
   function holderColour(h) {
     if (h.state === "claim") return "hsl(0,0%,45%)";
-    return colour(state.colorBy === "queue" ? (h.clusterQueue || h.key) : h.key);
+    return colour(state.colorBy === "queue" && h.queueColour != null ? h.queueColour : h.colour);
   }
 
   function renderDevices(d) {
@@ -130,7 +127,7 @@
         for (const [idx, label, n, tainted, pool, whole] of cards) {
           const key = whole ? `${L.pools[pool]}/${label}` : "";
           state.cardPool[idx] = L.pools[pool];
-          html += `<div class="card${tainted ? " tainted" : ""}" data-card="${idx}" data-label="${esc(label)}" data-key="${esc(key)}" style="--n:${n}" title="${esc(label)}"></div>`;
+          html += `<div class="card${n > 1 ? " part" : ""}${tainted ? " tainted" : ""}" data-card="${idx}" data-label="${esc(label)}" data-key="${esc(key)}" style="--n:${n}" title="${esc(label)}"></div>`;
         }
         html += "</div></div>";
       }
