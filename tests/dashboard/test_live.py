@@ -44,7 +44,7 @@ async def holders_of(page: Any, devices: list[str]) -> dict[str, str | None]:
     )
 
 
-async def wait_holders(page: Any, devices: list[str], holder: str, timeout_ms: float = 15000) -> float:
+async def wait_holders(page: Any, devices: list[str], holder: str, timeout_ms: float = 60000) -> float:
     """Seconds until every device is drawn with ``holder`` (a generous deadline, never a fixed sleep)."""
     t0 = time.monotonic()
     await page.wait_for_function(
@@ -75,7 +75,7 @@ async def test_device_map_follows_the_cluster(
 
     # a gang of two pods x 4 whole GPUs: on the map on exactly its planned GPUs
     await admin.create(JOBS, gpu_job("train", "gpus-4", "training", parallelism=2))
-    wl = await eventually(lambda: admitted(emu, "job-train"), "train admitted")
+    wl = await eventually(lambda: admitted(emu, "job-train"), "train admitted", timeout=60)
     devices = plan_devices(wl)
     assert len(devices) == 8
     seen_after = await wait_holders(page, devices, "default/job-train")
@@ -87,7 +87,7 @@ async def test_device_map_follows_the_cluster(
 
     # a MIG instance: drawn at its placement start, spanning its memory slices of the parent GPU
     await admin.create(JOBS, gpu_job("mig-3g", "mig-3g", "inference"))
-    mwl = await eventually(lambda: admitted(emu, "job-mig-3g"), "mig job admitted")
+    mwl = await eventually(lambda: admitted(emu, "job-mig-3g"), "mig job admitted", timeout=60)
     (mig,) = plan_devices(mwl)
     await wait_holders(page, [mig], "default/job-mig-3g")
     slice_obj = next(s for s in emu_slices(emu) if s["spec"]["nodeName"] == MIG_NODE)
@@ -115,11 +115,13 @@ async def test_device_map_follows_the_cluster(
     assert "memory slices" in text
     # for the screenshots: a second MIG instance on the card, and a gang that waits for quota
     await admin.create(JOBS, gpu_job("mig-1g", "mig-1g", "inference"))
-    (mig1,) = plan_devices(await eventually(lambda: admitted(emu, "job-mig-1g"), "1g admitted"))
+    (mig1,) = plan_devices(await eventually(lambda: admitted(emu, "job-mig-1g"), "1g admitted", timeout=60))
     await wait_holders(page, [mig1], "default/job-mig-1g")
     await admin.create(JOBS, gpu_job("big", "gpus-8", "training", parallelism=2))
     await eventually(
-        lambda: (c := cond(workload(emu, "job-big"), "QuotaReserved")) and c["status"] == "False", "big waits"
+        lambda: (c := cond(workload(emu, "job-big"), "QuotaReserved")) and c["status"] == "False",
+        "big waits",
+        timeout=60,
     )
     await page.screenshot(path=str(DOCS / "dashboard-devices.png"))
 
@@ -150,12 +152,12 @@ async def test_a_preemption_moves_the_colours(
     page = await device_map(live, browser)
     # the low-priority gang takes all 16 whole GPUs (training borrows 8 from its cohort)
     await admin.create(JOBS, gpu_job("low", "gpus-8", "training", parallelism=2, priority="low"))
-    low = plan_devices(await eventually(lambda: admitted(emu, "job-low"), "low admitted", timeout=30))
+    low = plan_devices(await eventually(lambda: admitted(emu, "job-low"), "low admitted", timeout=60))
     await wait_holders(page, low, "default/job-low")
     before = await colours(page, low)
     # a high-priority gang of the same queue needs them: low is evicted, high lands on its GPUs
     await admin.create(JOBS, gpu_job("high", "gpus-8", "training", parallelism=2, priority="high"))
-    high = plan_devices(await eventually(lambda: admitted(emu, "job-high"), "high admitted", timeout=30))
+    high = plan_devices(await eventually(lambda: admitted(emu, "job-high"), "high admitted", timeout=60))
     assert sorted(high) == sorted(low)
     await wait_holders(page, high, "default/job-high")
     after = await colours(page, high)

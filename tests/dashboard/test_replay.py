@@ -69,7 +69,7 @@ async def test_simulate_serve_replays_the_run_with_a_time_slider(browser: Any) -
                      JSON.stringify([...new Set([...document.querySelectorAll('.inst')].map(e => e.dataset.holder))].sort())
                        === JSON.stringify(want)""",
                 arg=[t, sorted(expect)],
-                timeout=15000,
+                timeout=60000,
             )
             drawn = await page.evaluate(
                 """() => { const o = {}; for (const e of document.querySelectorAll('.inst')) {
