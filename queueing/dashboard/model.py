@@ -84,6 +84,7 @@ class DashboardInput:
     slices: Sequence[ResourceSlice] = ()
     # devices allocated to ResourceClaims outside any admission: device -> "namespace/claim"
     claims: Mapping[DeviceKey, str] = field(default_factory=dict)
+    note: str | None = None  # shown on every page (e.g. "this replica is a standby")
 
 
 def _amount(v: Fraction | None, resource: str) -> str | None:
@@ -211,7 +212,7 @@ def queues_view(inp: DashboardInput) -> dict[str, Any]:
         }
         for lq in sorted(inp.local_queues, key=lambda q: q.key)
     ]
-    return {"now": inp.now, "cohorts": cohorts, "clusterQueues": cqs, "localQueues": lqs}
+    return {"now": inp.now, "note": inp.note, "cohorts": cohorts, "clusterQueues": cqs, "localQueues": lqs}
 
 
 # ---------------------------------------------------------------- workloads
@@ -290,6 +291,7 @@ def workloads_view(inp: DashboardInput, limit: int = 2000) -> dict[str, Any]:
     invalid = [{"key": k, "message": m} for k, m in sorted(inp.invalid.items())]
     return {
         "now": inp.now,
+        "note": inp.note,
         "pending": pending,
         "pendingTotal": len(order),
         "invalid": invalid,
@@ -449,7 +451,7 @@ def devices_view(inp: DashboardInput, layout: DeviceLayout | None = None) -> dic
             continue  # a planned device no slice publishes (any more)
         items.append([w[0], w[1], w[2], h, k[2], claim])
     items.sort()
-    return {"now": inp.now, "layout": layout.to_json(), "holders": holders, "held": items}
+    return {"now": inp.now, "note": inp.note, "layout": layout.to_json(), "holders": holders, "held": items}
 
 
 def device_detail(

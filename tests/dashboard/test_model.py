@@ -195,3 +195,19 @@ async def test_server_is_read_only_versioned_and_rebuilds_at_most_once_a_second(
             assert (await r.json())["version"] != first["version"]
     finally:
         await server.stop()
+
+
+async def test_a_standby_says_so_on_every_page() -> None:
+    from queueing.controller.controller import Controller
+    from queueing.dashboard.source import STANDBY, ControllerSource
+    from queueing.kube.client import KubeClient, api_client_for_url
+
+    api = api_client_for_url("http://127.0.0.1:9", token="unused")  # nothing is requested
+    try:
+        ctl = Controller(KubeClient(api), ledger=None)  # type: ignore[arg-type]
+        inp = ControllerSource(ctl).snapshot()
+        assert not ctl.leading
+        for view in (queues_view, workloads_view, devices_view):
+            assert view(inp)["note"] == STANDBY
+    finally:
+        await api.close()

@@ -54,6 +54,9 @@
   }
 
   function render(d) {
+    let note = document.getElementById("note");
+    if (d.note && !note) { note = document.createElement("p"); note.id = "note"; note.className = "note"; main.before(note); }
+    if (note) { note.textContent = d.note || ""; note.hidden = !d.note; }
     if (page === "queues") renderQueues(d);
     else if (page === "workloads") renderWorkloads(d);
     else if (page === "devices") renderDevices(d);
