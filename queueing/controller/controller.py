@@ -197,6 +197,7 @@ class ControllerStats:
     pods_ungated: int = 0
     claims_allocated: int = 0
     errors: int = 0
+    synced: int = 0  # dashboard: syncs finished (``syncs`` counts those begun)
 
 
 class Controller:
@@ -428,6 +429,7 @@ class Controller:
                     self.stats.errors += 1
                     log.exception("sync failed; retrying")
                     self._retry_later()
+            self.stats.synced += 1  # dashboard: a state taken mid-sync is retaken after it
             self.synced.set()
 
     def _wake_at(self, t: float) -> None:

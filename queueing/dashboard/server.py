@@ -18,10 +18,13 @@ Only GET routes exist (no write actions); nothing secret is shown (the database 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -52,6 +55,7 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 HISTORY_INTERVAL = 5.0  # the ledger's reports are SQL: at most every 5 s
+REFRESH = 10.0  # a view is rebuilt at least this often while read (belt and braces for the revision)
 
 
 @dataclass
@@ -61,6 +65,22 @@ class _Built:
     version: int
     digest: str
     body: bytes
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Automatic garbage collection off while a view is built (synchronously, in one go). A view of a
+    large cluster allocates many small objects, and each collection they trigger walks the
+    controller's whole heap (informer caches, plans): on 2,500 nodes x 8 GPUs the device map took
+    1.6-1.8 s with collections and 0.43 s without (the simulator pauses it for its runs likewise).
+    What the build leaves is collected by the next automatic collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _json(data: Any) -> bytes:
@@ -96,13 +116,19 @@ class DashboardServer:
         return rev, inp
 
     def _part(self, part: str, at: float | None, build: Any, *, force: bool = False) -> _Built:
+        """The view ``part`` (JSON), rebuilt when the source's revision changed (at most once per
+        ``min_interval``) or it is older than ``REFRESH``. ``build()`` gives (revision of the state it
+        read, data): a view built from an older state is rebuilt on the next call."""
         key = (part, at)
         old = self._built.get(key)
         now = time.monotonic()
-        rev = self.source.revision()
-        if not force and old is not None and (old.revision == rev or now - old.at < self.min_interval):
-            return old
-        body = _json(build())
+        if not force and old is not None:
+            fresh = old.revision == self.source.revision() and now - old.at < REFRESH
+            if fresh or now - old.at < self.min_interval:
+                return old
+        with _collector_paused():
+            rev, data = build()
+            body = _json(data)
         digest = hashlib.sha1(body).hexdigest()
         if old is not None and old.digest == digest:
             old.revision, old.at = rev, now
@@ -159,15 +185,16 @@ class DashboardServer:
             old = self._built.get(("history", at))
             if old is None or time.monotonic() - old.at >= HISTORY_INTERVAL:
                 data = await self.source.history(at)
-                old = self._part("history", at, lambda: data, force=True)
+                old = self._part("history", at, lambda: (None, data), force=True)
             return self._answer(request, old)
         views = {"queues": queues_view, "workloads": workloads_view, "devices": devices_view}
         view = views.get(part)
         if view is None:
             raise web.HTTPNotFound(text=f"no such view: {part}")
 
-        def build() -> Any:
-            return self._paint(part, view(self._snapshot(at)[1]))
+        def build() -> tuple[Any, Any]:
+            rev, inp = self._snapshot(at)
+            return rev, self._paint(part, view(inp))
 
         return self._answer(request, self._part(part, at, build))
 

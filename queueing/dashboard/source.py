@@ -76,7 +76,8 @@ class ControllerSource:
 
     def revision(self) -> Hashable:
         c = self.c
-        return (c.stats.syncs, len(c.admitted), len(c.evicting), len(c.pending_reasons))
+        # begun and finished syncs: a state taken during a sync is taken again after it
+        return (c.stats.syncs, c.stats.synced, len(c.admitted), len(c.evicting), len(c.pending_reasons))
 
     def timeline(self) -> tuple[float, float] | None:
         return None

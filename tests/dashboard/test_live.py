@@ -37,7 +37,7 @@ def admitted(emu: Emulator, name: str) -> dict[str, Any] | None:
 async def holders_of(page: Any, devices: list[str]) -> dict[str, str | None]:
     return await page.evaluate(
         """(devs) => Object.fromEntries(devs.map((d) => {
-             const e = document.querySelector(`.inst[data-device="${d}"]`);
+             const e = document.querySelector(`[data-device="${d}"]`);
              return [d, e ? e.dataset.holder : null];
            }))""",
         devices,
@@ -49,7 +49,7 @@ async def wait_holders(page: Any, devices: list[str], holder: str, timeout_ms: f
     t0 = time.monotonic()
     await page.wait_for_function(
         """([devs, who]) => devs.every((d) => {
-             const e = document.querySelector(`.inst[data-device="${d}"]`);
+             const e = document.querySelector(`[data-device="${d}"]`);
              return e && e.dataset.holder === who;
            })""",
         arg=[devices, holder],
@@ -81,7 +81,7 @@ async def test_device_map_follows_the_cluster(
     seen_after = await wait_holders(page, devices, "default/job-train")
     print(f"gang on the device map {seen_after:.2f}s after its admission was seen in the cluster")
     drawn = await page.eval_on_selector_all(
-        '.inst[data-holder="default/job-train"]', "els => els.map(e => e.dataset.device).sort()"
+        '[data-holder="default/job-train"]', "els => els.map(e => e.dataset.device).sort()"
     )
     assert drawn == sorted(devices)  # on the planned GPUs and nowhere else
 
@@ -95,7 +95,7 @@ async def test_device_map_follows_the_cluster(
     start = dev["attributes"]["placementStart"]["int"]
     size = dev["attributes"]["placementSize"]["int"]
     geo = await page.evaluate(
-        """(d) => { const e = document.querySelector(`.inst[data-device="${d}"]`);
+        """(d) => { const e = document.querySelector(`[data-device="${d}"]`);
                     const c = e.closest('.card'); const a = e.getBoundingClientRect(), b = c.getBoundingClientRect();
                     const cs = getComputedStyle(c);
                     const inner = b.width - parseFloat(cs.borderLeftWidth) - parseFloat(cs.borderRightWidth);
@@ -108,7 +108,7 @@ async def test_device_map_follows_the_cluster(
     assert abs(geo["left"] - start * cell) <= 1.0 and abs(geo["width"] - size * cell) <= 1.0, geo
 
     # a click shows the device: attributes, capacity and the claim that holds it
-    await page.click(f'.inst[data-device="{mig}"]')
+    await page.click(f'[data-device="{mig}"]')
     await page.wait_for_selector(f'#detail h3[data-detail="{mig}"]')
     text = await page.inner_text("#detail")
     assert "default/job-mig-3g" in text and "3g.71gb" in text and "placementStart" in text
@@ -178,6 +178,6 @@ async def test_a_preemption_moves_the_colours(
 async def colours(page: Any, devices: list[str]) -> dict[str, str]:
     return await page.evaluate(
         """(devs) => Object.fromEntries(devs.map((d) => [d,
-             getComputedStyle(document.querySelector(`.inst[data-device="${d}"]`)).backgroundColor]))""",
+             getComputedStyle(document.querySelector(`[data-device="${d}"]`)).backgroundColor]))""",
         devices,
     )

@@ -66,13 +66,13 @@ async def test_simulate_serve_replays_the_run_with_a_time_slider(browser: Any) -
             expect = running_at(events, t)
             await page.wait_for_function(
                 """([t, want]) => document.getElementById('t').textContent == String(t) &&
-                     JSON.stringify([...new Set([...document.querySelectorAll('.inst')].map(e => e.dataset.holder))].sort())
+                     JSON.stringify([...new Set([...document.querySelectorAll('[data-holder]')].map(e => e.dataset.holder))].sort())
                        === JSON.stringify(want)""",
                 arg=[t, sorted(expect)],
                 timeout=60000,
             )
             drawn = await page.evaluate(
-                """() => { const o = {}; for (const e of document.querySelectorAll('.inst')) {
+                """() => { const o = {}; for (const e of document.querySelectorAll('[data-holder]')) {
                        (o[e.dataset.holder] = o[e.dataset.holder] || new Set()).add(e.closest('.node').dataset.node); }
                      return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, [...v].sort()])); }"""
             )

@@ -118,59 +118,113 @@
     return colour(state.colorBy === "queue" && h.queueColour != null ? h.queueColour : h.colour);
   }
 
-  function renderDevices(d) {
-    const L = d.layout;
-    if (state.layoutId !== L.id) {
-      state.layoutId = L.id;
-      state.cardPool = new Array(L.cards);
-      let html = `<h1>Device map</h1><div class="tools">colour by <select id="colorBy"><option value="workload">workload</option><option value="queue">ClusterQueue</option></select>
-        <input id="filter" placeholder="filter nodes" size="16"> <span id="legend"></span></div><div id="map">`;
-      for (const [node, cards] of L.nodes) {
-        html += `<div class="node" data-node="${esc(node)}"><div class="nname">${esc(node)}</div><div class="cards">`;
-        for (const [idx, label, n, tainted, pool, whole] of cards) {
-          const key = whole ? `${L.pools[pool]}/${label}` : "";
-          state.cardPool[idx] = L.pools[pool];
-          html += `<div class="card${n > 1 ? " part" : ""}${tainted ? " tainted" : ""}" data-card="${idx}" data-label="${esc(label)}" data-key="${esc(key)}" style="--n:${n}" title="${esc(label)}"></div>`;
-        }
-        html += "</div></div>";
-      }
-      main.innerHTML = html + "</div>";
-      state.cards = new Array(L.cards);
-      for (const el of main.querySelectorAll(".card")) state.cards[+el.dataset.card] = el;
-      state.filled = new Set();
-      const sel = document.getElementById("colorBy");
-      sel.value = state.colorBy;
-      sel.onchange = () => { state.colorBy = sel.value; paint(state.data); };
-      const f = document.getElementById("filter");
-      f.value = state.filter;
-      f.oninput = () => { state.filter = f.value; applyFilter(); };
-      document.getElementById("map").onclick = onMapClick;
-      applyFilter();
-    }
-    paint(d);
-  }
-
-  function paint(d) {
+  function byCardOf(d) {
     const byCard = new Map();
     for (const item of d.held) {
       const c = item[0];
       if (!byCard.has(c)) byCard.set(c, []);
       byCard.get(c).push(item);
     }
-    const cards = state.cards;
-    const touched = new Set([...state.filled, ...byCard.keys()]);
-    for (const c of touched) {
-      if (!cards[c]) continue;
-      const items = byCard.get(c) || [];
-      const n = parseInt(cards[c].style.getPropertyValue("--n"), 10) || 1;
-      const pool = state.cardPool[c];
-      cards[c].innerHTML = items.map(([, start, size, h, name, claim]) => {
-        const H = d.holders[h];
-        const dev = `${pool}/${name}`;
-        return `<div class="inst ${H.state}" data-device="${esc(dev)}" data-holder="${esc(H.key)}" data-queue="${esc(H.clusterQueue || "")}" data-state="${H.state}" data-start="${start}" data-size="${size}" style="left:${100 * start / n}%;width:${100 * size / n}%;background-color:${holderColour(H)}" title="${esc(dev.split("/").pop())} · ${esc(H.key)}${claim ? " · claim " + esc(claim) : ""}"></div>`;
-      }).join("");
+    return byCard;
+  }
+
+  // per holder, what its devices carry (escaped once per render)
+  function holderViews(d) {
+    return d.holders.map((H) => ({ key: esc(H.key), queue: esc(H.clusterQueue || ""), state: H.state, bg: holderColour(H) }));
+  }
+
+  // one card: [class suffix, attributes, inner html, signature]. A device spanning the whole card (a
+  // whole GPU) colours the card itself; smaller ones (MIG instances) are drawn inside it at their start
+  function cardView(hv, c, items) {
+    const n = state.cardCells[c], pool = state.cardPool[c];
+    if (!items || !items.length) return ["", "", "", ""];
+    if (items.length === 1 && items[0][1] === 0 && items[0][2] === n) {
+      const [, , , h, name] = items[0];
+      const v = hv[h];
+      const attrs = ` data-device="${esc(pool)}/${esc(name)}" data-holder="${v.key}" data-state="${v.state}" style="--n:${n};background-color:${v.bg}"`;
+      return [` held ${v.state}`, attrs, "", `W${name}|${v.key}|${v.state}|${v.bg}`];
     }
-    state.filled = new Set(byCard.keys());
+    let html = "", sig = "";
+    for (const [, start, size, h, name] of items) {
+      const v = hv[h];
+      sig += `|${start},${size},${name},${v.key},${v.state},${v.bg}`;
+      html += `<div class="inst ${v.state}" data-device="${esc(pool)}/${esc(name)}" data-holder="${v.key}" data-state="${v.state}" data-start="${start}" data-size="${size}" style="left:${100 * start / n}%;width:${100 * size / n}%;background-color:${v.bg}"></div>`;
+    }
+    return ["", ` style="--n:${n}"`, html, sig];
+  }
+
+  function renderDevices(d) {
+    const L = d.layout;
+    const byCard = byCardOf(d);
+    if (state.layoutId !== L.id) {
+      // a new layout: the whole map in one string, the held devices included
+      state.layoutId = L.id;
+      state.cardPool = new Array(L.cards);
+      state.cardCells = new Array(L.cards);
+      state.cardBase = new Array(L.cards);
+      state.sig = new Map();
+      const hv = holderViews(d);
+      const parts = [`<h1>Device map</h1><div class="tools">colour by <select id="colorBy"><option value="workload">workload</option><option value="queue">ClusterQueue</option></select>
+        <input id="filter" placeholder="filter nodes" size="16"> <span id="legend"></span></div><div id="map">`];
+      for (const [node, cards] of L.nodes) {
+        parts.push(`<div class="node" data-node="${esc(node)}"><div class="nname">${esc(node)}</div><div class="cards">`);
+        for (const [idx, label, n, tainted, pool, whole] of cards) {
+          const key = whole ? `${L.pools[pool]}/${label}` : "";
+          state.cardPool[idx] = L.pools[pool];
+          state.cardCells[idx] = n;
+          const base = `card${n > 1 ? " part" : ""}${tainted ? " tainted" : ""}`;
+          state.cardBase[idx] = base;
+          const [cls, attrs, inner, sig] = cardView(hv, idx, byCard.get(idx));
+          if (sig) state.sig.set(idx, sig);
+          parts.push(`<div class="${base}${cls}" data-card="${idx}" data-label="${esc(label)}" data-key="${esc(key)}" title="${esc(label)}"${attrs || ` style="--n:${n}"`}>${inner}</div>`);
+        }
+        parts.push("</div></div>");
+      }
+      parts.push("</div>");
+      main.innerHTML = parts.join("");
+      state.cards = new Array(L.cards);
+      for (const el of main.querySelectorAll(".card")) state.cards[+el.dataset.card] = el;
+      const sel = document.getElementById("colorBy");
+      sel.value = state.colorBy;
+      sel.onchange = () => { state.colorBy = sel.value; state.sig = new Map([...state.sig.keys()].map((k) => [k, "?"])); paint(state.data, byCardOf(state.data)); };
+      const f = document.getElementById("filter");
+      f.value = state.filter;
+      f.oninput = () => { state.filter = f.value; applyFilter(); };
+      document.getElementById("map").onclick = onMapClick;
+      applyFilter();
+      legend(d);
+    } else {
+      paint(d, byCard);
+    }
+  }
+
+  function paint(d, byCard) {
+    const cards = state.cards;
+    const hv = holderViews(d);
+    for (const c of new Set([...state.sig.keys(), ...byCard.keys()])) {
+      const el = cards[c];
+      if (!el) continue;
+      const [cls, , inner, sig] = cardView(hv, c, byCard.get(c));
+      if ((state.sig.get(c) || "") === sig) continue;
+      el.className = state.cardBase[c] + cls;
+      el.innerHTML = inner;
+      const whole = cls !== "";
+      const first = whole ? byCard.get(c)[0] : null;
+      if (whole) {
+        el.dataset.device = `${state.cardPool[c]}/${first[4]}`;
+        el.dataset.holder = d.holders[first[3]].key;
+        el.dataset.state = d.holders[first[3]].state;
+        el.style.backgroundColor = hv[first[3]].bg;
+      } else {
+        delete el.dataset.device; delete el.dataset.holder; delete el.dataset.state;
+        el.style.backgroundColor = "";
+      }
+      if (sig) state.sig.set(c, sig); else state.sig.delete(c);
+    }
+    legend(d);
+  }
+
+  function legend(d) {
     const seen = new Map();
     for (const h of d.holders) {
       const k = state.colorBy === "queue" ? (h.clusterQueue || h.key) : h.key;
@@ -189,7 +243,7 @@
   async function onMapClick(ev) {
     const inst = ev.target.closest(".inst");
     const card = ev.target.closest(".card");
-    const id = inst ? inst.dataset.device : (card ? card.dataset.key : "");
+    const id = inst ? inst.dataset.device : (card ? (card.dataset.device || card.dataset.key) : "");
     if (!id) return;
     const r = await fetch(`/api/device?${query({ id })}`, { cache: "no-store" });
     if (!r.ok) { showDetail(`<p class="error">${esc(await r.text())}</p>`); return; }
