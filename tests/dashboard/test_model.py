@@ -17,10 +17,20 @@ from aiohttp import ClientSession
 from queueing.api.quantity import format_amount
 from queueing.api.resource import ResourceSlice
 from queueing.dashboard import DashboardServer, ReplaySource
-from queueing.dashboard.model import DeviceLayout, devices_view, lent_amounts, queues_view, workloads_view
+from queueing.dashboard.model import (
+    DashboardInput,
+    DeviceLayout,
+    PlannedPod,
+    device_detail,
+    devices_view,
+    lent_amounts,
+    queues_view,
+    workloads_view,
+)
 from queueing.ledger.engine import create_engine
 from queueing.ledger.reports import run_report
 from queueing.scheduling.ordering import priority_key
+from queueing.scheduling.snapshot import AdmittedWorkload, WorkloadInfo
 from queueing.simulate.engine import SimResult, Simulation
 from queueing.simulate.record import record
 from queueing.simulate.scenario import load_scenario
@@ -211,3 +221,46 @@ async def test_a_standby_says_so_on_every_page() -> None:
             assert view(inp)["note"] == STANDBY
     finally:
         await api.close()
+
+
+def test_device_states_on_the_map_evicting_claimed_and_tainted() -> None:
+    hw = h200.hardware()
+    raw = h200.node_slices("h200-0", hw, gpus=2, mig=True)
+    taint = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
+    for d in raw[0]["spec"]["devices"]:
+        if d["name"] == "gpu-1":
+            d["taints"] = [taint]
+    slices = [ResourceSlice.model_validate(s) for s in raw]
+    info = WorkloadInfo("team", "victim", "lq", ())
+    victim = AdmittedWorkload(info, "cq", {}, 0.0)
+    drv = "gpu.nvidia.com"
+    inp = DashboardInput(
+        now=0.0,
+        admitted=[victim],
+        plans={
+            "team/victim": (
+                PlannedPod("main", 0, "h200-0", (("gpu", (drv, "h200-0", "gpu-0-mig-3g-71gb-4")),)),
+            )
+        },
+        evicting={"team/victim": "Preempted"},
+        slices=slices,
+        claims={(drv, "h200-0", "gpu-0-mig-1g-18gb-0"): "ops/debug-claim"},
+    )
+    view = devices_view(inp)
+    states = {view["holders"][h]["key"]: view["holders"][h]["state"] for *_, h, _, _ in view["held"]}
+    assert states == {"team/victim": "evicting", "ops/debug-claim": "claim"}
+    starts = {name: (start, size) for _, start, size, _, name, _ in view["held"]}
+    assert starts == {"gpu-0-mig-3g-71gb-4": (4, 4), "gpu-0-mig-1g-18gb-0": (0, 1)}
+    cards = {c[1]: c for _, cs in view["layout"]["nodes"] for c in cs}
+    assert cards["gpu-1"][3] == 1 and cards["gpu-0"][3] == 0  # tainted card marked
+    detail = device_detail(inp, (drv, "h200-0", "gpu-1"))
+    assert detail is not None and detail["taints"] == [taint] and detail["holder"] is None
+    held = device_detail(inp, (drv, "h200-0", "gpu-0-mig-3g-71gb-4"))
+    assert (
+        held is not None
+        and held["holder"]["state"] == "evicting"
+        and held["holder"]["pod"] == "victim-main-0"
+    )
+    assert held["sameCard"] == [
+        {"start": 0, "device": f"{drv}/h200-0/gpu-0-mig-1g-18gb-0", "holder": "ops/debug-claim"}
+    ]
