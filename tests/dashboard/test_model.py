@@ -70,7 +70,7 @@ async def test_queues_page_is_the_usage_report_on_the_same_state(
     sc, result, placer = demo_run
     replay = ReplaySource(sc, result)
     borrowing = 0
-    for i, t in enumerate([60.0, 1500.0, 3000.0]):
+    for i, t in enumerate([60.0, 1500.0]):
         if backend == "sqlite":
             url = f"sqlite+aiosqlite:///{tmp_path / f'ledger-{i}.db'}"
         else:

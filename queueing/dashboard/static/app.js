@@ -67,7 +67,11 @@
   function renderQueues(d) {
     const children = {};
     const cqsOf = {};
-    for (const c of d.cohorts) (children[c.parent || ""] = children[c.parent || ""] || []).push(c);
+    const known = new Set(d.cohorts.map((c) => c.name));
+    for (const c of d.cohorts) {
+      const p = c.parent && known.has(c.parent) ? c.parent : "";  // an unknown parent: shown as a root
+      (children[p] = children[p] || []).push(c);
+    }
     for (const q of d.clusterQueues) (cqsOf[q.cohort || ""] = cqsOf[q.cohort || ""] || []).push(q);
     const lqsOf = {};
     for (const l of d.localQueues) (lqsOf[l.clusterQueue] = lqsOf[l.clusterQueue] || []).push(l);
