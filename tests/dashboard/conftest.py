@@ -30,6 +30,15 @@ GPU_NODES = ("h200-1", "h200-2")
 
 
 @pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the tests put their screenshots: docs/ (the pictures of docs/dashboard.md) with
+    QUEUEING_UPDATE_SCREENSHOTS=1, else a temporary folder (a test run leaves the checkout as it was)."""
+    if os.environ.get("QUEUEING_UPDATE_SCREENSHOTS") == "1":
+        return DOCS
+    return tmp_path
+
+
+@pytest.fixture
 async def browser() -> AsyncIterator[Any]:
     from playwright.async_api import async_playwright
 

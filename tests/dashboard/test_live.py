@@ -6,6 +6,7 @@ screenshots in docs/dashboard.md are taken here."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from queueing.kube.client import JOBS, KubeClient
@@ -13,7 +14,7 @@ from queueing.testing import Emulator
 from queueing.testing.cluster import StandIns
 from tests.controller.conftest import eventually
 from tests.controller.test_admission import cond, workload
-from tests.dashboard.conftest import DOCS, MIG_NODE, Live, gpu_job
+from tests.dashboard.conftest import MIG_NODE, Live, gpu_job
 
 VIEWPORT = {"width": 1280, "height": 820}
 
@@ -69,7 +70,7 @@ async def device_map(live: Live, browser: Any) -> Any:
 
 
 async def test_device_map_follows_the_cluster(
-    emu: Emulator, admin: KubeClient, live: Live, cluster: StandIns, browser: Any
+    emu: Emulator, admin: KubeClient, live: Live, cluster: StandIns, browser: Any, shots: Path
 ) -> None:
     page = await device_map(live, browser)
 
@@ -123,7 +124,7 @@ async def test_device_map_follows_the_cluster(
         "big waits",
         timeout=60,
     )
-    await page.screenshot(path=str(DOCS / "dashboard-devices.png"))
+    await page.screenshot(path=str(shots / "dashboard-devices.png"))
 
     # the other pages, with the same state
     for name in ("queues", "workloads", "history"):
@@ -132,13 +133,17 @@ async def test_device_map_follows_the_cluster(
         if name == "queues":
             await page.wait_for_selector('.cq[data-cq="training"] [data-admitted]')
             assert await page.inner_text('.cq[data-cq="training"] [data-admitted]') == "1"
+            await page.wait_for_function(  # the page follows within a poll or two: big waits there
+                """() => document.querySelector('.cq[data-cq="training"] [data-pending]').textContent === "1" """,
+                timeout=60000,
+            )
         if name == "workloads":
             await page.wait_for_selector('#admitted tr[data-workload="default/job-train"]')
             row = await page.wait_for_selector('#pending tr[data-workload="default/job-big"]')
             assert row is not None and "1 / 1" in await row.inner_text()  # its position, with its reason
         if name == "history":
             await page.wait_for_selector('#events tr[data-event="Admitted"]')
-        await page.screenshot(path=str(DOCS / f"dashboard-{name}.png"), full_page=name != "history")
+        await page.screenshot(path=str(shots / f"dashboard-{name}.png"), full_page=name != "history")
     await page.close()
 
 

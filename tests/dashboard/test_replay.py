@@ -9,9 +9,10 @@ import json
 import re
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
-from tests.dashboard.conftest import DOCS, REPO
+from tests.dashboard.conftest import REPO
 
 VIEWPORT = {"width": 1280, "height": 820}
 
@@ -29,7 +30,7 @@ def running_at(events: list[dict[str, Any]], t: float) -> dict[str, set[str]]:
     return out
 
 
-async def test_simulate_serve_replays_the_run_with_a_time_slider(browser: Any) -> None:
+async def test_simulate_serve_replays_the_run_with_a_time_slider(browser: Any, shots: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "queueing", "simulate", "-f", str(REPO / "examples" / "simulate"),
         "--serve", "127.0.0.1:0",
@@ -79,7 +80,7 @@ async def test_simulate_serve_replays_the_run_with_a_time_slider(browser: Any) -
             assert drawn == {k: sorted(v) for k, v in expect.items()}, t
             checked += bool(expect)
             if t == times[len(times) // 2]:
-                await page.screenshot(path=str(DOCS / "dashboard-replay.png"))
+                await page.screenshot(path=str(shots / "dashboard-replay.png"))
         assert checked >= 2  # the checks saw running jobs
         # the step buttons walk the run's event times
         await page.click("#next")
