@@ -106,6 +106,12 @@ def run(args: argparse.Namespace) -> int:
     from queueing.simulate.output import PlotUnavailable, plot, write_json, write_table
     from queueing.simulate.scenario import ScenarioError, load_scenario
 
+    if args.serve:  # dashboard: a bad address fails before the run, not after
+        from queueing.dashboard.replay import address_error
+
+        if (why := address_error(args.serve)) is not None:
+            print(f"error: --serve {args.serve}: {why}", file=sys.stderr)
+            return 2
     try:
         config = load_config(args.config, {}).scheduling() if args.config else SchedulingConfig()
     except ConfigError as e:

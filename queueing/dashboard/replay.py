@@ -12,6 +12,7 @@ import signal
 import sys
 from typing import Any
 
+from queueing.controller.http import parse_bind_address
 from queueing.dashboard.server import DashboardServer
 from queueing.dashboard.source import ReplaySource
 
@@ -36,6 +37,15 @@ async def _serve(scenario: Any, result: Any, address: str) -> None:
         await stop.wait()
     finally:
         await server.stop()
+
+
+def address_error(address: str) -> str | None:
+    """Why ``address`` cannot be served on (not ``HOST:PORT`` / ``:PORT``), or None."""
+    try:
+        port = parse_bind_address(address)[1]
+    except ValueError as e:
+        return str(e)
+    return None if 0 <= port < 65536 else f"port {port} is out of range"
 
 
 def serve_replay(scenario: Any, result: Any, address: str) -> int:

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.dashboard.conftest import REPO
 
 VIEWPORT = {"width": 1280, "height": 820}
@@ -91,3 +93,12 @@ async def test_simulate_serve_replays_the_run_with_a_time_slider(browser: Any, s
             proc.send_signal(signal.SIGTERM)
         rc = await asyncio.wait_for(proc.wait(), 30)
     assert rc == 0
+
+
+def test_simulate_serve_rejects_a_bad_address_before_the_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from queueing.cli import main
+
+    assert main(["simulate", "-f", str(REPO / "examples" / "simulate"), "--serve", "8082"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == "error: --serve 8082: bind address '8082' is not HOST:PORT or :PORT"
+    assert out == ""  # nothing simulated
