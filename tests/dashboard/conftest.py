@@ -16,7 +16,7 @@ from queueing.config import Config
 from queueing.dashboard import ControllerSource, DashboardServer
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
-from tests.controller.conftest import Harness, admin, cluster, config, emu, ledger  # noqa: F401  (fixtures)
+from tests.controller.conftest import Harness, admin, cluster, config, emu, job, ledger  # noqa: F401  (fixtures)
 from tests.controller.test_process import replicas  # noqa: F401  (fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "dra"))
@@ -136,27 +136,11 @@ def h200_objects() -> list[dict[str, Any]]:
 def gpu_job(
     name: str, template: str, queue: str, *, parallelism: int = 1, priority: str | None = None
 ) -> dict[str, Any]:
-    labels = {"queueing.dra.io/queue-name": queue}
+    """A Job of ``parallelism`` pods, each with a claim from ``template`` (tests/controller's job)."""
+    body = job(name, parallelism=parallelism, template=template, queue=queue)
     if priority:
-        labels["queueing.dra.io/priority-class"] = priority
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "default", "labels": labels},
-        "spec": {
-            "parallelism": parallelism,
-            "completions": parallelism,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}
-                    ],
-                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
-                }
-            },
-        },
-    }
+        body["metadata"]["labels"]["queueing.dra.io/priority-class"] = priority
+    return body
 
 
 class Live:
