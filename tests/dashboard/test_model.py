@@ -70,7 +70,8 @@ async def test_queues_page_is_the_usage_report_on_the_same_state(
     sc, result, placer = demo_run
     replay = ReplaySource(sc, result)
     borrowing = 0
-    for i, t in enumerate([60.0, 1500.0]):
+    # PostgreSQL: one state with borrowing (the report's SQL is the same on both, tests/ledger checks)
+    for i, t in enumerate([60.0, 1500.0] if backend == "sqlite" else [60.0]):
         if backend == "sqlite":
             url = f"sqlite+aiosqlite:///{tmp_path / f'ledger-{i}.db'}"
         else:
