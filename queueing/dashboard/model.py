@@ -323,6 +323,7 @@ class DeviceLayout:
         DeviceLayout._made += 1
         self.id = DeviceLayout._made  # the page redraws the cards only when this changes
         self._json: dict[str, Any] | None = None
+        self._on_card: dict[int, list[DeviceKey]] | None = None
         self.cards: list[_Card] = []
         self.nodes: list[tuple[str, list[int]]] = []  # node -> its card indexes, in order
         self.where: dict[DeviceKey, tuple[int, int, int]] = {}  # device -> (card, start, size)
@@ -371,6 +372,16 @@ class DeviceLayout:
                     c.tainted = True
                 self.where[key] = placed
         self.nodes = sorted(by_node.items(), key=lambda kv: _natural(kv[0]))
+
+    def devices_on(self, card: int) -> list[DeviceKey]:
+        """The devices drawn on ``card``, by start and name."""
+        if self._on_card is None:
+            self._on_card = {}
+            for k, (c, _, _) in self.where.items():
+                self._on_card.setdefault(c, []).append(k)
+            for ks in self._on_card.values():
+                ks.sort(key=lambda k: (self.where[k][1], -self.where[k][2], k[2]))
+        return self._on_card.get(card, [])
 
     @classmethod
     def for_slices(cls, slices: Sequence[ResourceSlice]) -> DeviceLayout:
@@ -477,6 +488,26 @@ def device_detail(
         for k, v in held.items()
         if k in layout.where and layout.where[k][0] == card and k != key
     )
+    # every device of the card: held, blocked (a held device takes one of its memory slices) or free
+    taken = [(w[1], w[1] + w[2]) for k in held if (w := layout.where.get(k)) is not None and w[0] == card]
+    devices = []
+    for k in layout.devices_on(card):
+        st, sz = layout.where[k][1:]
+        hk = held.get(k)
+        state = (
+            "held"
+            if hk is not None
+            else ("blocked" if any(a < st + sz and st < b for a, b in taken) else "free")
+        )
+        devices.append(
+            {
+                "name": k[2],
+                "start": st,
+                "size": sz,
+                "state": state,
+                "holder": holders[hk[0]]["key"] if hk else None,
+            }
+        )
     dd = d.to_dict()
     return {
         "device": "/".join(key),
@@ -498,4 +529,5 @@ def device_detail(
         "taints": dd.get("taints"),
         "holder": holder,
         "sameCard": [{"start": st, "device": dev, "holder": who} for st, dev, who in on_card],
+        "onCard": devices,
     }

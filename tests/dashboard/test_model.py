@@ -265,3 +265,12 @@ def test_device_states_on_the_map_evicting_claimed_and_tainted() -> None:
     assert held["sameCard"] == [
         {"start": 0, "device": f"{drv}/h200-0/gpu-0-mig-1g-18gb-0", "holder": "ops/debug-claim"}
     ]
+    # the whole GPU's card lists every device of it: held, blocked by a held memory slice, or free
+    whole = device_detail(inp, (drv, "h200-0", "gpu-0"))
+    assert whole is not None
+    on = {o["name"]: (o["state"], o["holder"]) for o in whole["onCard"]}
+    assert on["gpu-0"] == ("blocked", None)
+    assert on["gpu-0-mig-3g-71gb-4"] == ("held", "team/victim")
+    assert on["gpu-0-mig-3g-71gb-0"] == ("blocked", None)  # slices 0-3: the 1g at 0 holds slice 0
+    assert on["gpu-0-mig-1g-18gb-1"] == ("free", None)
+    assert len(on) == 1 + sum(len(p["placementStarts"]) for p in hw["profiles"])

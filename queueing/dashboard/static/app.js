@@ -254,7 +254,7 @@
     const x = await r.json();
     const kv = (o) => Object.entries(o || {}).map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(typeof v === "object" ? JSON.stringify(v) : v)}</td></tr>`).join("");
     const holder = x.holder ? `<table>${kv({ workload: x.holder.key, clusterQueue: x.holder.clusterQueue, localQueue: x.holder.localQueue, state: x.holder.state, claim: x.holder.claim, pod: x.holder.pod })}</table>` : "<p>free</p>";
-    const same = x.sameCard.length ? `<h4>also held on this card</h4><ul>${x.sameCard.map((s) => `<li>slice ${s.start}: ${esc(s.device.split("/").pop())} · ${esc(s.holder)}</li>`).join("")}</ul>` : "";
+    const same = x.onCard.length > 1 ? `<h4>devices of this card</h4><table id="oncard">${x.onCard.map((o) => `<tr data-state="${o.state}"><td>${esc(o.name)}</td><td>slices ${o.start}–${o.start + o.size - 1}</td><td>${o.state === "held" ? esc(o.holder) : o.state}</td></tr>`).join("")}</table>` : "";
     showDetail(`<button id="close" type="button">×</button><h3 data-detail="${esc(x.device)}">${esc(x.name)}</h3>
       <p>node <b>${esc(x.node)}</b> · pool ${esc(x.pool)} · driver ${esc(x.driver)} · slice ${esc(x.slice)}</p>
       <p>card ${esc(x.card)}: memory slices ${x.start}–${x.start + x.size - 1} of ${x.slices}</p>
