@@ -27,6 +27,7 @@ from queueing.scheduling.snapshot import AdmittedWorkload
 __all__ = ["ControllerSource", "DashboardSource", "ReplaySource", "planned_pods"]
 
 HISTORY_EVENTS = 200  # latest admissions and evictions on the History page
+STARTING = "The controller is starting: its caches of the cluster are not synced yet."
 STANDBY = (
     "This replica is a standby, not the leader: it admits nothing and its record of admissions is empty. "
     "Open the dashboard of the leader (the holder of the Lease)."
@@ -126,7 +127,7 @@ class ControllerSource:
             inactive=dict(c.inactive_cluster_queues),
             slices=c.slices.list(),
             claims=claims,
-            note=None if c.leading else STANDBY,
+            note=STARTING if not c.informers_synced else (None if c.leading else STANDBY),
         )
 
     async def history(self, at: float | None = None) -> dict[str, Any]:

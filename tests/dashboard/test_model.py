@@ -210,12 +210,15 @@ async def test_server_is_read_only_versioned_and_rebuilds_at_most_once_a_second(
 
 async def test_a_standby_says_so_on_every_page() -> None:
     from queueing.controller.controller import Controller
-    from queueing.dashboard.source import STANDBY, ControllerSource
+    from queueing.dashboard.source import STANDBY, STARTING, ControllerSource
     from queueing.kube.client import KubeClient, api_client_for_url
 
     api = api_client_for_url("http://127.0.0.1:9", token="unused")  # nothing is requested
     try:
         ctl = Controller(KubeClient(api), ledger=None)  # type: ignore[arg-type]
+        assert ControllerSource(ctl).snapshot().note == STARTING  # nothing listed yet
+        for informer in ctl.informers:  # as after the first LIST of each (a standby's are kept warm)
+            informer.has_synced = True
         inp = ControllerSource(ctl).snapshot()
         assert not ctl.leading
         for view in (queues_view, workloads_view, devices_view):
