@@ -100,7 +100,8 @@ class ControllerSource:
             a.key: planned_pods(adm) for uid, adm in dict(c.admissions).items() if (a := admitted.get(uid))
         }
         evicting = {e.key: e.reason for e in dict(c.evicting).values()}
-        pending, invalid = c.pending_infos()  # the cycle's own view of what is pending
+        pending, invalid = c.pending_infos()  # the last cycle's own view of what is pending
+        pending = [w for w in pending if w.key not in by_key]  # admitted since
         reasons: dict[str, PendingReason] = dict(c.pending_reasons)
         for wl in c.workloads.list():  # a reason the controller wrote before this run (a restart)
             qr = wl.status.condition(QUOTA_RESERVED)
