@@ -46,6 +46,7 @@ from queueing.cache.reasons import ReasonChanges
 from queueing.cache.workloads import PendingWorkloads
 from queueing.config import Config
 from queueing.controller.evict import Evicting
+from queueing.controller.kueue_labels import JobSources
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
     GATE_PLACEMENT,
@@ -91,6 +92,7 @@ from queueing.scheduling.from_api import (
     ApiContext,
 )
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL
+from queueing.scheduling.kueue_labels import KUEUE_QUEUE_NAME_LABEL
 from queueing.scheduling.snapshot import AdmittedWorkload
 from queueing.verify import verify_from_env
 
@@ -185,7 +187,11 @@ class ControllerBase:
         self.workload_priority_classes: Informer[WorkloadPriorityClass] = inf(
             WORKLOAD_PRIORITY_CLASSES, WorkloadPriorityClass
         )
-        self.jobs: Informer[Job] = inf(JOBS, Job, label_selector=QUEUE_NAME_LABEL)
+        self.jobs: Informer[Job] | JobSources = inf(JOBS, Job, label_selector=QUEUE_NAME_LABEL)
+        job_informers = [self.jobs]
+        if self.config.accept_kueue_labels:  # acceptKueueLabels: Kueue-labelled Jobs too (kueue_labels.py)
+            job_informers.append(inf(JOBS, Job, label_selector=KUEUE_QUEUE_NAME_LABEL))
+            self.jobs = JobSources(job_informers)
         self.pods: Informer[Pod] = inf(PODS, Pod, label_selector=WORKLOAD_UID_LABEL)
         self.group_pods: Informer[Pod] = inf(PODS, Pod, label_selector=POD_GROUP_LABEL)
         self.nodes: Informer[Node] = inf(NODES, Node)
@@ -253,7 +259,7 @@ class ControllerBase:
             self.local_queues,
             self.workloads,
             self.workload_priority_classes,
-            self.jobs,
+            *job_informers,
             self.pods,
             self.group_pods,
             self.nodes,

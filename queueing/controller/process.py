@@ -34,6 +34,7 @@ from queueing.controller.controller import Controller
 from queueing.controller.http import ControllerHTTP
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.periodic import INADMISSIBLE_RECHECK, PeriodicJobs
+from queueing.controller.visibility import VisibilityServer
 from queueing.dashboard import ControllerSource, DashboardServer  # dashboard
 from queueing.kube.client import KubeClient
 from queueing.kube.leader import Clock, LeaderElectionSettings, LeaderElector
@@ -80,6 +81,10 @@ class ControllerProcess:
             if is_postgres(ledger.engine):
                 self.http.add_ready_check("ledger", self._ledger_check)
             self.http.add_health_check("leader-election", lambda: "failed" if self._failed else None)
+        # the visibility API (visibility.queueing.dra.io), when configured: served by every replica
+        self.visibility = (
+            VisibilityServer(self.controller) if serve_http and config.visibility.bind_address else None
+        )
         # dashboard: the read-only web UI on dashboard.bindAddress (off unless set)
         self.dashboard: DashboardServer | None = None
         if serve_http and config.dashboard.bind_address:
@@ -128,6 +133,9 @@ class ControllerProcess:
             await self.http.start(
                 self.config.metrics.bind_address, self.config.health.health_probe_bind_address
             )
+        v = self.config.visibility
+        if self.visibility is not None and v.bind_address:
+            await self.visibility.start(v.bind_address, v.cert_file, v.key_file)
         if self.dashboard is not None and self.config.dashboard.bind_address:  # dashboard
             await self.dashboard.start(self.config.dashboard.bind_address)
         self.controller.slices.add_handler(self._on_slices)
@@ -216,6 +224,8 @@ class ControllerProcess:
         await self.controller.stop()
         if self.http is not None:
             await self.http.stop()
+        if self.visibility is not None:
+            await self.visibility.stop()
         if self.dashboard is not None:  # dashboard
             await self.dashboard.stop()
         if stop_run and self.run_id is not None:

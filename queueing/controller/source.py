@@ -78,7 +78,7 @@ class WorkloadSource(PlanBinding):
                 await self._suspend(job, "not admitted by queueing: suspended until its Workload is admitted")
             if wl is None:
                 try:
-                    want = BatchJob(job).workload(wpcs, pcs)
+                    want = BatchJob(job, self.config.accept_kueue_labels).workload(wpcs, pcs)
                 except WorkloadError as e:
                     await self.events.emit(job, "Warning", "InvalidJob", str(e))
                     return

@@ -1,7 +1,7 @@
 """The dashboard's HTTP server (aiohttp): four pages, their JSON, the static files. Read-only.
 
     server = DashboardServer(ControllerSource(controller))
-    port = await server.start(":8082")     # or "127.0.0.1:0": a free port
+    port = await server.start(":8083")     # or "127.0.0.1:0": a free port
     ...
     await server.stop()
 

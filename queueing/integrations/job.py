@@ -22,8 +22,9 @@ def original_parallelism(job: Job) -> int | None:
 class BatchJob:
     """A batch/v1 Job: suspended through ``spec.suspend``, finished by its Complete/Failed conditions."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, accept_kueue_labels: bool = False) -> None:
         self.job = job
+        self.accept_kueue_labels = accept_kueue_labels  # acceptKueueLabels (scheduling/kueue_labels.py)
 
     @property
     def object(self) -> Job:
@@ -36,7 +37,9 @@ class BatchJob:
     def workload(
         self, workload_priority_classes: Mapping[str, int], priority_classes: Mapping[str, int]
     ) -> Workload | None:
-        return workload_for_job(self.job, workload_priority_classes, priority_classes)
+        return workload_for_job(
+            self.job, workload_priority_classes, priority_classes, self.accept_kueue_labels
+        )
 
     def pod_sets(self) -> list[PodSet]:
         wl = self.workload({}, {})

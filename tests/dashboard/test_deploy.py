@@ -19,8 +19,11 @@ def test_dashboard_overlay_serves_the_dashboard_on_its_named_port() -> None:
     assert config.dashboard.bind_address is not None
     port = parse_bind_address(config.dashboard.bind_address)[1]
     assert {"name": "dashboard", "containerPort": port, "protocol": "TCP"} in c["ports"]
-    # the base's other ports are untouched; no Service exposes the dashboard
-    assert {p["name"] for p in c["ports"]} == {"metrics", "health", "dashboard"}
+    # one port more than the base, on a port of its own; no Service exposes the dashboard
+    (base,) = [o for o in kustomize("deploy") if o["kind"] == "Deployment"]
+    base_ports = base["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert [p for p in c["ports"] if p["name"] != "dashboard"] == base_ports
+    assert port not in {p["containerPort"] for p in base_ports}
     assert all(
         p.get("targetPort") != "dashboard" for o in objs if o["kind"] == "Service" for p in o["spec"]["ports"]
     )

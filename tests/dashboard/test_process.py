@@ -55,6 +55,6 @@ async def test_controller_process_serves_the_dashboard_on_its_bind_address(
 
 def test_dashboard_is_off_by_default_and_its_address_is_checked() -> None:
     assert Config().dashboard.bind_address is None
-    assert load_config(None, {"QUEUEING_DASHBOARD__BIND_ADDRESS": ":8082"}).dashboard.bind_address == ":8082"
+    assert load_config(None, {"QUEUEING_DASHBOARD__BIND_ADDRESS": ":8083"}).dashboard.bind_address == ":8083"
     with pytest.raises(ConfigError, match="dashboard"):
-        load_config(None, {"QUEUEING_DASHBOARD__BIND_ADDRESS": "8082"})
+        load_config(None, {"QUEUEING_DASHBOARD__BIND_ADDRESS": "8083"})
