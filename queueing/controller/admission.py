@@ -91,6 +91,10 @@ class AdmissionExecutor(Eviction):
             self.reasons.forget(key)  # compared with the Workload as it is now (_set_pending)
         return self.pending
 
+    # dashboard: the pending workloads as the last cycle saw them, and key -> why invalid (read-only)
+    def pending_infos(self) -> tuple[list[WorkloadInfo], dict[str, str]]:
+        return list(self.pending.backlog), dict(self.pending.invalid)
+
     def _queue_specs(self) -> Any:
         if self._specs is None:
             self._specs = queue_specs(

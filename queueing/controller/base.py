@@ -123,6 +123,7 @@ class ControllerStats:
     pods_ungated: int = 0
     claims_allocated: int = 0
     errors: int = 0
+    synced: int = 0  # dashboard: syncs finished (``syncs`` counts those begun)
 
 
 class ControllerBase:
