@@ -4,15 +4,15 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest install crds postgres bench clean
+.PHONY: demo test lint typecheck pytest install crds postgres chromium bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,plot]"
+	$(BIN)/python -m pip install --quiet -e ".[test,plot,bench]"
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) chromium
 
 demo: $(STAMP)
 	$(BIN)/queueing crds --check
@@ -23,6 +23,11 @@ demo: $(STAMP)
 postgres:
 	@bash .ci/ensure-postgres
 
+# the dashboard's browser tests drive Debian's chromium (Playwright's own browser download is not used)
+chromium:
+	@test -x /usr/bin/chromium || { echo "installing Debian's chromium for tests/dashboard"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -30,7 +35,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) postgres
+pytest: $(STAMP) postgres chromium
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test: lint typecheck pytest

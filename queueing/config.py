@@ -52,6 +52,7 @@ __all__ = [
     "ENV_PREFIX",
     "Config",
     "ConfigError",
+    "DashboardConfig",
     "HealthConfig",
     "LeaderElectionConfig",
     "LedgerConfig",
@@ -204,13 +205,32 @@ class VisibilityConfig(_Section):
     @field_validator("bind_address")
     @classmethod
     def _addr(cls, v: str | None) -> str | None:
-        if v is None:
-            return None
-        host, sep, port = v.rpartition(":")
-        if sep and port == "0":  # any free port (tests, `queueing dev`): the server says which
-            _bind_address(f"{host}:1")
-            return v
-        return _bind_address(v)
+        return _optional_bind_address(v)
+
+
+def _optional_bind_address(v: str | None) -> str | None:
+    if v is None:
+        return None
+    host, sep, port = v.rpartition(":")
+    if sep and port == "0":  # any free port (tests, `queueing dev`): the server says which
+        _bind_address(f"{host}:1")
+        return v
+    return _bind_address(v)
+
+
+class DashboardConfig(_Section):
+    """The read-only web dashboard (no Kueue equivalent; Kueue's KueueViz is a separate deployment)."""
+
+    bind_address: str | None = Field(
+        None,
+        description="Where the read-only dashboard (queues, workloads, device map, history) is served, "
+        "`HOST:PORT` or `:PORT`; port 0: any free port; empty or absent: off.",
+    )
+
+    @field_validator("bind_address")
+    @classmethod
+    def _addr(cls, v: str | None) -> str | None:
+        return _optional_bind_address(v or None)
 
 
 class LedgerConfig(_Section):
@@ -300,6 +320,9 @@ class Config(BaseSettings):
     ledger: LedgerConfig = Field(default_factory=LedgerConfig, description="Ledger compaction.")
     visibility: VisibilityConfig = Field(
         default_factory=VisibilityConfig, description="The visibility API (pending workloads)."
+    )
+    dashboard: DashboardConfig = Field(
+        default_factory=DashboardConfig, description="The read-only web dashboard (off by default)."
     )
     accept_kueue_labels: bool = Field(
         False,

@@ -2,6 +2,7 @@
 
 Contract (other checks depend on it):
     queueing simulate -f FILE [-f FILE ...] [-o json|table] [--ledger URL] [--plot FILE.png] [--config FILE]
+                      [--serve HOST:PORT]
 
 ``-f`` takes files or directories (every ``*.yaml``/``*.yml``/``*.json`` in it, in name order; ``-`` is
 stdin). Objects: Node, ResourceSlice, DeviceClass, ResourceClaimTemplate, ResourceClaim, PriorityClass,
@@ -22,7 +23,8 @@ annotations ``simulate.queueing.dra.io/arrival`` (offset from the start, default
 people. ``--plot FILE.png`` draws queue lengths and device utilisation over time (needs matplotlib:
 the ``plot`` extra). ``--ledger URL`` records the run in the ledger (``queueing report`` works on it).
 ``--config FILE`` is the controller's configuration file (fair sharing, admission fair sharing, requeue
-backoff).
+backoff). ``--serve HOST:PORT`` then serves the dashboard (docs/dashboard.md) replaying the run with a
+time slider, until interrupted.
 
 Exit 0: the simulation ran; 2: invalid input or configuration (one line on stderr naming the object
 and field), or the ledger/plot could not be written, or the ledger refused a write of the history
@@ -54,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="FILE.png", help="draw queue lengths and device utilisation")
     parser.add_argument(
         "--config", metavar="FILE", help="controller configuration file (scheduling settings)"
+    )
+    parser.add_argument(  # dashboard
+        "--serve", metavar="HOST:PORT", help="then serve the dashboard replaying the run (Ctrl-C stops)"
     )
 
 
@@ -101,6 +106,12 @@ def run(args: argparse.Namespace) -> int:
     from queueing.simulate.output import PlotUnavailable, plot, write_json, write_table
     from queueing.simulate.scenario import ScenarioError, load_scenario
 
+    if args.serve:  # dashboard: a bad address fails before the run, not after
+        from queueing.dashboard.replay import address_error
+
+        if (why := address_error(args.serve)) is not None:
+            print(f"error: --serve {args.serve}: {why}", file=sys.stderr)
+            return 2
     try:
         config = load_config(args.config, {}).scheduling() if args.config else SchedulingConfig()
     except ConfigError as e:
@@ -163,4 +174,8 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         print(f"recorded run {rec.run_id} in the ledger ({rec.written} writes)", file=sys.stderr)
+    if args.serve:  # dashboard: replay the run with a time slider
+        from queueing.dashboard.replay import serve_replay
+
+        return serve_replay(scenario, result, args.serve) or rc
     return rc

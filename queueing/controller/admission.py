@@ -91,11 +91,16 @@ class AdmissionExecutor(Eviction):
             self.reasons.forget(key)  # compared with the Workload as it is now (_set_pending)
         return self.pending
 
+    # dashboard: the pending workloads as the last cycle saw them, and key -> why invalid (read-only)
+    def pending_infos(self) -> tuple[list[WorkloadInfo], dict[str, str]]:
+        return list(self.pending.backlog), dict(self.pending.invalid)
+
     def _queue_specs(self) -> Any:
         if self._specs is None:
             self._specs = queue_specs(
                 [
                     *self.flavors.list(),
+                    *self.topologies.list(),
                     *self.cluster_queues.list(),
                     *self.cohorts.list(),
                     *self.local_queues.list(),

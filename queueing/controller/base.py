@@ -38,6 +38,7 @@ from queueing.api.v1beta1 import (
     LocalQueue,
     PodPlacement,
     ResourceFlavor,
+    Topology,
     Workload,
     WorkloadPriorityClass,
 )
@@ -74,6 +75,7 @@ from queueing.kube.client import (
     RESOURCE_CLAIMS,
     RESOURCE_FLAVORS,
     RESOURCE_SLICES,
+    TOPOLOGIES,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
     KubeClient,
@@ -121,6 +123,7 @@ class ControllerStats:
     pods_ungated: int = 0
     claims_allocated: int = 0
     errors: int = 0
+    synced: int = 0  # dashboard: syncs finished (``syncs`` counts those begun)
 
 
 class ControllerBase:
@@ -179,6 +182,7 @@ class ControllerBase:
             return i
 
         self.flavors: Informer[ResourceFlavor] = inf(RESOURCE_FLAVORS, ResourceFlavor)
+        self.topologies: Informer[Topology] = inf(TOPOLOGIES, Topology)  # flavors' topologyName
         self.cohorts: Informer[Cohort] = inf(COHORTS, Cohort)
         self.cluster_queues: Informer[ClusterQueue] = inf(CLUSTER_QUEUES, ClusterQueue)
         self.local_queues: Informer[LocalQueue] = inf(LOCAL_QUEUES, LocalQueue)
@@ -237,6 +241,7 @@ class ControllerBase:
         self.jobs.add_mirror(lambda old, new: self._dirty_jobs.setdefault((new or old).key))  # type: ignore[union-attr]
         for queue_informer in (
             self.flavors,
+            self.topologies,
             self.cohorts,
             self.cluster_queues,
             self.local_queues,
@@ -253,6 +258,7 @@ class ControllerBase:
         self.claims.add_mirror(self._claim_delta)
         self.informers: list[Informer[Any]] = [
             self.flavors,
+            self.topologies,
             self.cohorts,
             self.cluster_queues,
             self.local_queues,

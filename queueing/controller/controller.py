@@ -157,6 +157,7 @@ class Controller(QueueSync):
                     self.stats.errors += 1
                     log.exception("sync failed; retrying")
                     self._retry_later()
+            self.stats.synced += 1  # dashboard: a state taken mid-sync is retaken after it
             self.synced.set()
 
     def _observe(self, wl: Workload) -> ObservedWorkload:

@@ -35,6 +35,7 @@ from queueing.controller.http import ControllerHTTP
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.periodic import INADMISSIBLE_RECHECK, PeriodicJobs
 from queueing.controller.visibility import VisibilityServer
+from queueing.dashboard import ControllerSource, DashboardServer  # dashboard
 from queueing.kube.client import KubeClient
 from queueing.kube.leader import Clock, LeaderElectionSettings, LeaderElector
 from queueing.ledger.engine import is_postgres
@@ -84,6 +85,10 @@ class ControllerProcess:
         self.visibility = (
             VisibilityServer(self.controller) if serve_http and config.visibility.bind_address else None
         )
+        # dashboard: the read-only web UI on dashboard.bindAddress (off unless set)
+        self.dashboard: DashboardServer | None = None
+        if serve_http and config.dashboard.bind_address:
+            self.dashboard = DashboardServer(ControllerSource(self.controller, ledger))
         self.jobs = PeriodicJobs(config, metrics=self.metrics) if periodic else None
         self.lease = f"{config.lease_namespace}/{config.leader_election.resource_name}"
         self.elector: LeaderElector | None = None
@@ -131,6 +136,8 @@ class ControllerProcess:
         v = self.config.visibility
         if self.visibility is not None and v.bind_address:
             await self.visibility.start(v.bind_address, v.cert_file, v.key_file)
+        if self.dashboard is not None and self.config.dashboard.bind_address:  # dashboard
+            await self.dashboard.start(self.config.dashboard.bind_address)
         self.controller.slices.add_handler(self._on_slices)
         await self.controller.start(timeout, lead=False)
         if self.jobs is not None:
@@ -219,5 +226,7 @@ class ControllerProcess:
             await self.http.stop()
         if self.visibility is not None:
             await self.visibility.stop()
+        if self.dashboard is not None:  # dashboard
+            await self.dashboard.stop()
         if stop_run and self.run_id is not None:
             await self.ledger.stop_run(self.run_id, at=self.clock())
