@@ -21,6 +21,7 @@ import re
 import shlex
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,7 @@ def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
     assert any("create secret" in c for _, _, c in install) and any("team-b" in c for _, _, c in install)
     commands += install
     dev: subprocess.Popen[str] | None = None
+    dashboard = ""
     t0 = time.monotonic()
     log: list[str] = []
     try:
@@ -205,6 +207,9 @@ def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
                 # what to try next: the kubeconfig and the example Jobs (a path typed from here)
                 assert any(s.strip() == f"export KUBECONFIG={tmp_path / '.dev' / 'kubeconfig'}" for s in seen)
                 assert any(s.strip().startswith("kubectl apply -f ") and "examples/jobs/" in s for s in seen)
+                dashboard = next(
+                    s.split(": ", 1)[1].strip() for s in seen if s.startswith("dashboard (read-only): ")
+                )
             elif command.startswith("export "):
                 name, _, value = command.removeprefix("export ").partition("=")
                 env[name] = subprocess.run(
@@ -241,6 +246,9 @@ def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
             if e["reason"] == "Preempted" and e["involvedObject"]["name"] == "job-hyperparameter-sweep"
         ]
         assert preempted and "job-release-eval" in preempted[-1]["message"], events.stdout[-3000:]
+        # the dashboard queueing dev serves shows the example cluster's queues (issue #23)
+        with urllib.request.urlopen(f"{dashboard}api/queues", timeout=30) as resp:
+            assert resp.status == 200 and "team-a" in resp.read().decode()
         dev.send_signal(signal.SIGINT)  # Ctrl-C
         assert dev.wait(60) == 0, (tmp_path / "dev.log").read_text()[-3000:]
         assert dev.stdout is not None and "queueing dev: stopped" in dev.stdout.read()

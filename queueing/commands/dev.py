@@ -65,9 +65,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def controller_config(directory: Path, visibility_port: int) -> str:
+def controller_config(directory: Path, visibility_port: int, dashboard_port: int) -> str:
     """The controller's configuration for ``queueing dev``: SQLite in DIR, one replica, local ports,
-    the visibility API over plain HTTP on ``visibility_port`` (the emulator proxies its group there)."""
+    the visibility API over plain HTTP on ``visibility_port`` (the emulator proxies its group there),
+    the dashboard on ``dashboard_port``."""
     return (
         "# written by `queueing dev`; every field is described in docs/configuration.md\n"
         f"namespace: {CONTROLLER_NAMESPACE}\n"
@@ -76,6 +77,7 @@ def controller_config(directory: Path, visibility_port: int) -> str:
         f"metrics:\n  bindAddress: 127.0.0.1:{_free_port()}\n"
         f"health:\n  healthProbeBindAddress: 127.0.0.1:{_free_port()}\n"
         f"visibility:\n  bindAddress: 127.0.0.1:{visibility_port}\n"
+        f"dashboard:\n  bindAddress: 127.0.0.1:{dashboard_port}\n"
     )
 
 
@@ -168,11 +170,12 @@ async def _main(args: argparse.Namespace) -> int:
         kubeconfig = directory / "kubeconfig"
         kubeconfig.write_text(_yaml(emu.kubeconfig()))
         config = directory / "config.yaml"
-        visibility_port = _free_port()
-        config.write_text(controller_config(directory, visibility_port))
+        visibility_port, dashboard_port = _free_port(), _free_port()
+        config.write_text(controller_config(directory, visibility_port, dashboard_port))
         # as kube-aggregator does for the APIService of deploy/: the emulator proxies the group
         emu.aggregation.register(VISIBILITY_GROUP, VISIBILITY_VERSION, f"http://127.0.0.1:{visibility_port}")
         print(f"Kubernetes API emulator listening on {emu.url}", flush=True)
+        print(f"dashboard (read-only): http://127.0.0.1:{dashboard_port}/", flush=True)
         nodes = sum(1 for o in objects if o.startswith("Node/"))
         print(f"loaded {len(objects)} objects ({nodes} nodes); kubeconfig: {kubeconfig}", flush=True)
         cluster = await stack.enter_async_context(StandIns(emu))
