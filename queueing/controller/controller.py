@@ -65,6 +65,7 @@ from queueing.cache import ClusterCache, light_pod
 from queueing.config import Config
 from queueing.controller import evict as ev
 from queueing.controller.evict import Evicting
+from queueing.controller.isolation import LEDGER_REJECTED, OutageLog, Quarantine, isolate_cycle
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
     GATE_ADMISSION,
@@ -334,6 +335,12 @@ class Controller:
         self._started = False
         self.leading = False
         self.synced = asyncio.Event()  # set after every completed sync (tests wait on conditions)
+        # isolation (controller/isolation.py): queue objects the ledger refused; the outage's log
+        self.quarantine = Quarantine(report=lambda o, m: self.events.emit(o, "Warning", LEDGER_REJECTED, m))
+        self.outage = OutageLog()
+        # wedge detection (controller/health.py): when a sync last completed, and whether work waits
+        self.last_sync_completed: float | None = None  # time.monotonic()
+        self.work_pending = False
 
     # ------------------------------------------------------------------ lifecycle
     def _on_change(self, old: KubeObject | None, new: KubeObject | None) -> None:
@@ -424,11 +431,19 @@ class Controller:
                     await self.sync()
                 except (asyncio.CancelledError, VerifyError):  # verify mode: a difference is a bug
                     raise
-                except Exception:
+                except Exception as e:
                     self.stats.errors += 1
-                    log.exception("sync failed; retrying")
-                    self._retry_later()
+                    # isolation: an outage is logged on entry and on recovery, not per try
+                    outage = self.outage.failed(e)
+                    self._retry_later(self._outage_backoff() if outage else None)
+                else:
+                    self.outage.succeeded()
+                    self.last_sync_completed = time.monotonic()
             self.synced.set()
+
+    def _outage_backoff(self) -> float:
+        """During a ledger outage the retries back off, up to 2 s (one line is logged, not one a try)."""
+        return float(min(self.retry_backoff * 2 ** min(self.outage.retries, 6), max(self.retry_backoff, 2.0)))
 
     def _wake_at(self, t: float) -> None:
         """Wake the loop when the controller's clock reaches ``t`` (a backoff or a timeout ends).
@@ -447,7 +462,7 @@ class Controller:
 
         self._timer_handles[key] = asyncio.get_running_loop().call_later(min(delay, 3600.0), fire)
 
-    def _retry_later(self) -> None:
+    def _retry_later(self, delay: float | None = None) -> None:
         if self._retry_handle is None or self._retry_handle.cancelled():
             loop = asyncio.get_running_loop()
 
@@ -455,7 +470,7 @@ class Controller:
                 self._retry_handle = None
                 self._wake.set()
 
-            self._retry_handle = loop.call_later(self.retry_backoff, fire)
+            self._retry_handle = loop.call_later(self.retry_backoff if delay is None else delay, fire)
 
     # ------------------------------------------------------------------ recovery
     def _observe(self, wl: Workload) -> ObservedWorkload:
@@ -615,8 +630,11 @@ class Controller:
                 ),
             )
             if self._ledger_cqs.get(cq.name) != spec:
-                await self.ledger.upsert_cluster_queue(spec, at=now)
+                # isolation: data the ledger refuses stays with this ClusterQueue (inactive)
+                write = functools.partial(self.ledger.upsert_cluster_queue, spec, at=now)
+                await self.quarantine.store(cq, write)
                 self._ledger_cqs[cq.name] = spec
+        self.quarantine.forget_missing("ClusterQueue", (cq.name for cq in self.cluster_queues.list()))
         for lq in self.local_queues.list():
             lspec = LedgerLocalQueue(lq.namespace or "default", lq.name, lq.spec.cluster_queue)
             key = (lspec.namespace, lspec.name)
@@ -636,9 +654,13 @@ class Controller:
             self._ledger_cohorts = await self.ledger.cohorts()
         for name in self._ledger_cohorts.keys() - want.keys():
             want[name] = LedgerCohort(name)
+        self.quarantine.forget_missing("Cohort", (c.name for c in self.cohorts.list()))
         for name, spec in sorted(want.items()):
             if self._ledger_cohorts.get(name) != spec:
-                await self.ledger.upsert_cohort(spec, at=now)
+                obj = self.cohorts.get(name)
+                write = functools.partial(self.ledger.upsert_cohort, spec, at=now)
+                # isolation: data the ledger refuses stays with this Cohort (its ClusterQueues inactive)
+                await (write() if obj is None else self.quarantine.store(obj, write))
                 self._ledger_cohorts[name] = spec
 
     async def _record(self, wl: Workload) -> None:
@@ -926,11 +948,13 @@ class Controller:
     async def _schedule(self) -> None:
         ctx = self._context()
         pending, by_key, invalid = self._pending(ctx)
+        # isolation: a queue object the ledger refused is scheduled as last accepted, and inactive
+        refused = self.quarantine.inactive(self.cluster_queues.list(), self.cohorts.list())
         specs = queue_specs(
             [
                 *self.flavors.list(),
-                *self.cluster_queues.list(),
-                *self.cohorts.list(),
+                *self.quarantine.for_cycle(self.cluster_queues.list()),
+                *self.quarantine.for_cycle(self.cohorts.list()),
                 *self.local_queues.list(),
                 *self.namespaces.list(),
             ]
@@ -945,7 +969,10 @@ class Controller:
             # the same
             self.inactive_cluster_queues = inactive_cluster_queues(
                 ClusterSnapshot(
-                    cluster_queues=specs.cluster_queues, cohorts=specs.cohorts, flavors=specs.flavors
+                    cluster_queues=specs.cluster_queues,
+                    cohorts=specs.cohorts,
+                    flavors=specs.flavors,
+                    inactive=refused,
                 )
             )
             self._pending_metrics({}, by_key)
@@ -970,6 +997,7 @@ class Controller:
             namespaces=specs.namespaces,
             local_queue_usage=self.lq_usage,
             cluster_queue_usage=self.cq_usage,
+            inactive=refused,
         )
         placer = self._placer()
         now = self.clock()
@@ -977,8 +1005,17 @@ class Controller:
         scheduling = self.config.scheduling()
         if self.verify:
             scheduling = scheduling.model_copy(update={"verify": True})
-        result = run_cycle(snapshot, placer, now, scheduling)
+        # isolation: a workload whose evaluation raises is left out (with its reason), the rest go on
+        result, failed = isolate_cycle(
+            lambda items: run_cycle(
+                dataclasses.replace(snapshot, pending=tuple(items)), placer, now, scheduling
+            ),
+            pending,
+            lambda w: w.key,
+        )
         spent = time.perf_counter() - t0
+        for key, why in failed.items():
+            await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", why))
         self.stats.cycles += 1
         if pending:
             self.metrics.admission_attempt("success" if result.admissions else "inadmissible", spent)

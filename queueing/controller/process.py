@@ -11,8 +11,10 @@ Only the holder of the Lease admits and evicts: on acquiring it the replica reco
 the ledger (``Ledger.begin_leader_term``), rebuilds its record from the ledger and the Workloads and
 starts the sync loop; on losing it (or on shutdown) it stops the loop — after the step in progress —
 and ends the term. A standby keeps its informers warm and its ``/readyz`` green once they synced.
-``/readyz`` also reports a PostgreSQL ledger that does not answer (``ledger: database unreachable: ...``);
-``/healthz`` does not (a restart would not bring the database back: the loop retries meanwhile).
+``/readyz`` also reports a PostgreSQL ledger that does not answer (``ledger: database unreachable
+(OSError)``: the kind of error, never its text) and a wedge (``scheduling: no scheduling cycle completed
+for 130s while 4 workload(s) wait``, see ``controller/health.py``); ``/healthz`` reports neither (a
+restart would not bring the database back: the loop retries meanwhile), only a dead sync loop.
 ``Controller.may_act`` is the elector's ``is_leader`` (the last renewal is younger than the renew
 deadline), so a leader that cannot renew stops writing before another replica can take over.
 """
@@ -31,12 +33,14 @@ from typing import Any
 
 from queueing.config import Config
 from queueing.controller.controller import Controller
+from queueing.controller.health import StallWatch
 from queueing.controller.http import ControllerHTTP
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.periodic import INADMISSIBLE_RECHECK, PeriodicJobs
 from queueing.kube.client import KubeClient
 from queueing.kube.leader import Clock, LeaderElectionSettings, LeaderElector
 from queueing.ledger.engine import is_postgres
+from queueing.ledger.errors import short_reason
 from queueing.ledger.repository import Ledger
 
 __all__ = ["ControllerProcess", "default_identity"]
@@ -73,8 +77,11 @@ class ControllerProcess:
             kube, ledger, config, clock=clock, metrics=self.metrics, **controller_kwargs
         )
         self.http = ControllerHTTP(self.metrics) if serve_http else None
+        self.stall = StallWatch(self.controller, self.metrics, config.health.scheduling_stall_timeout)
         if self.http is not None:
             self.http.add_ready_check("informers", self._informers_check)
+            self.http.add_ready_check("scheduling", self.stall.ready_check)
+            self.http.add_health_check("sync-loop", self.stall.health_check)
             # SQLite is a file in this process (and its BEGIN IMMEDIATE would contend with writers)
             if is_postgres(ledger.engine):
                 self.http.add_ready_check("ledger", self._ledger_check)
@@ -109,9 +116,8 @@ class ControllerProcess:
         try:
             async with asyncio.timeout(LEDGER_PROBE_TIMEOUT), self.ledger.engine.connect() as c:
                 await c.exec_driver_sql("SELECT 1")
-        except Exception as e:
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else "no answer"
-            return f"database unreachable: {type(e).__name__}: {reason}"
+        except Exception as e:  # the kind of error only: its text names hosts and ports
+            return f"database unreachable ({short_reason(e)})"
         return None
 
     # ------------------------------------------------------------------ lifecycle
@@ -125,6 +131,7 @@ class ControllerProcess:
             )
         self.controller.slices.add_handler(self._on_slices)
         await self.controller.start(timeout, lead=False)
+        self.stall.start()
         if self.jobs is not None:
             c = self.controller
             self.jobs.add_usage_sampling(c.sample_usage)
@@ -204,6 +211,7 @@ class ControllerProcess:
         await self._close(stop_run=False)
 
     async def _close(self, stop_run: bool = True) -> None:
+        await self.stall.stop()
         if self.jobs is not None:
             await self.jobs.shutdown(timeout=10.0)
         await self.controller.stop()

@@ -41,7 +41,7 @@ from kubernetes_asyncio.watch import Watch
 from pydantic import ValidationError
 
 from queueing.api.base import KubeObject, format_validation_error
-from queueing.kube.client import KubeClient, Resource
+from queueing.kube.client import KubeClient, Resource, allow_long_lines
 
 __all__ = ["Handler", "Informer", "InformerStats"]
 
@@ -278,12 +278,13 @@ class Informer(Generic[T]):
             "labelSelector": self.label_selector,
             "fieldSelector": self.field_selector,
         }
-        return await self.client.raw(
+        resp = await self.client.raw(
             "GET",
             self.resource.path(self.namespace),
             query,
             timeout=self.watch_timeout + self.request_timeout,
         )
+        return allow_long_lines(resp)  # one event is one line: any object the API server allows
 
     async def _apply(self, event: dict[str, Any]) -> None:
         etype = event.get("type")

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from queueing.api.quantity import Quantity
 from queueing.ledger import models as m
 from queueing.ledger.engine import create_engine
+from queueing.ledger.errors import amount_error
 from queueing.ledger.quota import QuotaCheck, tree_lock_names, trees_of
 from queueing.ledger.state import (
     ActiveAdmission,
@@ -78,6 +79,11 @@ class NotAdmitted(LedgerError):
 
 class QuotaExceeded(LedgerError):
     pass
+
+
+class InvalidSpec(LedgerError, ValueError):
+    """An object's values cannot be stored (``str(e)`` names the object and the field): refused before
+    any write, the same on PostgreSQL and SQLite."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,8 @@ class Ledger:
         """Record a ClusterQueue's spec; returns its quota version (new version only when it changed)."""
         at_ms = _ms(at)
         _check_unique_quotas("ClusterQueue", spec.name, spec.quotas)
+        if (why := amount_error(spec.fair_sharing_weight)) is not None:
+            raise InvalidSpec(f"ClusterQueue {spec.name}: fairSharing.weight: {why}")
         async with self.engine.begin() as c:
             if spec.cohort:
                 await self._ensure_cohort(c, spec.cohort, at_ms)
@@ -1163,9 +1171,21 @@ def _quota_of_row(row: Any) -> QuotaSpec:
 
 
 def _check_unique_quotas(kind: str, name: str, quotas: Iterable[QuotaSpec]) -> None:
+    quotas = tuple(quotas)
     keys = [(q.flavor, q.resource) for q in quotas]
     if len(set(keys)) != len(keys):
         raise LedgerError(f"{kind} {name}: a (flavor, resource) appears twice in its quotas")
+    for q in quotas:
+        for field_name, value in (
+            ("nominalQuota", q.nominal),
+            ("borrowingLimit", q.borrowing_limit),
+            ("lendingLimit", q.lending_limit),
+        ):
+            why = amount_error(value) if value is not None else None
+            if why is not None:
+                raise InvalidSpec(
+                    f"{kind} {name}: flavor {q.flavor}, resource {q.resource}: {field_name}: {why}"
+                )
 
 
 def _normalized_cohort(spec: CohortSpec) -> CohortSpec:

@@ -95,7 +95,9 @@ def test_pyproject_lists_every_package() -> None:
         if "__pycache__" not in p.parts
     }
     mapped = {"queueing.ledger._migrations", "queueing.ledger._migrations.versions"}
-    assert set(setuptools["packages"]) == folders | mapped, (
+    testing = {f for f in folders if f == "queueing.testing" or f.startswith("queueing.testing.")}
+    assert testing  # the testing support stays out of the wheel (the emulator, the crash switch)
+    assert set(setuptools["packages"]) == (folders - testing) | mapped, (
         "add the new package to [tool.setuptools] packages"
     )
     assert setuptools["package-dir"] == {"queueing.ledger._migrations": "migrations"}
@@ -114,10 +116,12 @@ def test_the_wheel_carries_every_module_and_every_migration(installed: Installed
     modules = {
         p.relative_to(REPO).as_posix()
         for p in (REPO / "queueing").rglob("*.py")
-        if "__pycache__" not in p.parts
+        if "__pycache__" not in p.parts and "testing" not in p.relative_to(REPO).parts
     }
     expected = migrations | modules | {"queueing/py.typed"}
     assert expected <= names, f"missing from {installed.wheel.name}: {sorted(expected - names)}"
+    # production carries neither the emulator nor the crash switch (queueing/testing/)
+    assert not [n for n in names if n.startswith("queueing/testing/")]
     # one source: nothing of the migrations outside the package, no copy under another name
     assert not [n for n in names if n.startswith("migrations/") or "/ledger/migrations/" in n]
 

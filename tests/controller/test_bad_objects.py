@@ -1,0 +1,248 @@
+"""Isolation by object (issue 18): one bad object never stops admission for anyone else.
+
+Each case, through the emulator and the controller: a good Job is admitted; the bad object (and a Job
+that needs it) arrives — loaded as it is, since a real API server accepts these too (or an older CRD
+let them in); another good Job is admitted while it is there; the bad object (or the Job needing it)
+gets a condition or reason naming the field; the bad object is deleted; a third good Job is admitted.
+Throughout, no sync of the controller fails (``stats.errors`` stays 0: the error stayed with its
+object instead of failing the cycle for everyone) and its loop keeps running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from queueing.controller.controller import Controller
+from queueing.kube.client import (
+    CLUSTER_QUEUES,
+    COHORTS,
+    DEVICE_CLASSES,
+    JOBS,
+    RESOURCE_CLAIM_TEMPLATES,
+    KubeClient,
+    Resource,
+)
+from queueing.testing import Emulator
+from queueing.testing.cluster import StandIns
+from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
+from tests.controller.test_admission import cond, running, workload
+
+LIST_300 = "[" + ",".join(str(i) for i in range(300)) + "]"
+# three nested comprehensions over 300 elements: CEL's iteration budget is exceeded at evaluation
+EXPENSIVE_CEL = f"{LIST_300}.all(x, {LIST_300}.all(y, {LIST_300}.all(z, x + y + z >= 0)))"
+HUGE = "1e100"  # passes the CRD's quantity pattern; NUMERIC(38, 9) in the ledger cannot hold it
+QUOTA_FIELD = "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
+
+
+def quota(gpus: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "coveredResources": [GPU_CLASS],
+            "flavors": [{"name": "default", "resources": [{"name": GPU_CLASS, "nominalQuota": gpus}]}],
+        }
+    ]
+
+
+def cluster_queue(name: str, gpus: Any = 4, cohort: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"namespaceSelector": {}, "resourceGroups": quota(gpus)}
+    if cohort:
+        spec["cohortName"] = cohort
+    return {
+        "apiVersion": "queueing.dra.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def local_queue(name: str, cq: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "queueing.dra.io/v1beta1",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"clusterQueue": cq},
+    }
+
+
+def device_class(name: str, cel: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": cel}}]},
+    }
+
+
+def claim_template(name: str, device_class_name: str, cel: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class_name, "count": 1}
+    if cel is not None:
+        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
+def cover_in_team(emu: Emulator, resource: str) -> None:
+    """ClusterQueue ``team`` has quota for ``resource`` too (so that a Job needing it reaches placement)."""
+    rt = emu.store.resource("clusterqueues", "queueing.dra.io")
+    cq = emu.store.get(rt, None, "team")
+    group = cq["spec"]["resourceGroups"][0]
+    group["coveredResources"].append(resource)
+    group["flavors"][0]["resources"].append({"name": resource, "nominalQuota": 8})
+    emu.store.update(rt, None, "team", cq)
+
+
+def cq_inactive(emu: Emulator, name: str) -> str:
+    obj = emu.store.get(emu.store.resource("clusterqueues", "queueing.dra.io"), None, name)
+    c = cond(obj, "Active")
+    return f"{c['reason']}: {c['message']}" if c is not None and c["status"] == "False" else ""
+
+
+def pending_message(emu: Emulator, job_name: str) -> str:
+    c = cond(workload(emu, f"job-{job_name}"), "QuotaReserved")
+    return c.get("message") or "" if c is not None and c["status"] == "False" else ""
+
+
+# case -> (objects, covered resource or None, the bad Job, [(what to read, words it must contain)], deletions)
+Case = tuple[
+    list[dict[str, Any]],
+    str | None,
+    dict[str, Any],
+    list[tuple[str, tuple[str, ...]]],
+    list[tuple[Resource, str, str | None]],
+]
+CASES: dict[str, Case] = {
+    "ClusterQueue nominalQuota 1e100": (
+        [cluster_queue("huge-cq", HUGE), local_queue("huge-lq", "huge-cq")],
+        None,
+        job("bad", queue="huge-lq"),
+        [
+            ("cq:huge-cq", ("LedgerRejected", "ClusterQueue huge-cq", QUOTA_FIELD, "1e100", "too large")),
+            ("job:bad", ("ClusterQueue huge-cq is inactive", QUOTA_FIELD)),
+        ],
+        [(CLUSTER_QUEUES, "huge-cq", None)],
+    ),
+    "Cohort nominalQuota 1e100": (
+        [
+            {
+                "apiVersion": "queueing.dra.io/v1beta1",
+                "kind": "Cohort",
+                "metadata": {"name": "huge-cohort"},
+                "spec": {"resourceGroups": quota(HUGE)},
+            },
+            cluster_queue("member-cq", 4, cohort="huge-cohort"),
+            local_queue("member-lq", "member-cq"),
+        ],
+        None,
+        job("bad", queue="member-lq"),
+        [
+            ("cq:member-cq", ("LedgerRejected", "Cohort huge-cohort", QUOTA_FIELD, "too large")),
+            ("job:bad", ("ClusterQueue member-cq is inactive", "Cohort huge-cohort", QUOTA_FIELD)),
+        ],
+        [(COHORTS, "huge-cohort", None)],
+    ),
+    "DeviceClass with a CEL selector over budget": (
+        [device_class("costly-class", EXPENSIVE_CEL), claim_template("uses-costly-class", "costly-class")],
+        "costly-class",
+        job("bad", template="uses-costly-class"),
+        [("job:bad", ("DeviceClass costly-class", "spec.selectors[0].cel.expression", "budget"))],
+        [(DEVICE_CLASSES, "costly-class", None)],
+    ),
+    "ResourceClaimTemplate with a CEL selector over budget": (
+        [claim_template("costly-template", GPU_CLASS, EXPENSIVE_CEL)],
+        None,
+        job("bad", template="costly-template"),
+        [
+            (
+                "job:bad",
+                ("ResourceClaimTemplate default/costly-template", "selectors[0].cel.expression", "budget"),
+            )
+        ],
+        [(RESOURCE_CLAIM_TEMPLATES, "costly-template", "default")],
+    ),
+}
+
+
+def read(emu: Emulator, what: str) -> str:
+    kind, name = what.split(":", 1)
+    if kind == "cq":
+        return cq_inactive(emu, name)
+    return pending_message(emu, name)
+
+
+async def admit_and_finish(emu: Emulator, admin: KubeClient, cluster: StandIns, name: str) -> None:
+    """A good Job is admitted and runs (then finishes, giving its quota back)."""
+    await admin.create(JOBS, job(name))
+    await eventually(lambda: running(emu, name, 1), f"the good Job {name} runs", timeout=30)
+    cluster.finish_pods("default", name)
+
+
+def alive(c: Controller) -> None:
+    assert c._task is not None and not c._task.done()
+    assert c.stats.errors == 0, "a sync failed: the bad object's error reached everyone"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+async def test_a_bad_object_stays_with_itself(
+    case: str, emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    objects, covered, bad_job, expected, deletions = CASES[case]
+    c = await harness.start()
+    await admit_and_finish(emu, admin, cluster, "good-1")
+
+    if covered:
+        cover_in_team(emu, covered)
+    emu.load_objects(objects)  # as it is: no validation on the way in
+    await admin.create(JOBS, bad_job)
+    await admit_and_finish(emu, admin, cluster, "good-2")
+    for what, words in expected:
+        msg = await eventually(
+            lambda what=what, words=words: (m := read(emu, what)) and all(w in m for w in words) and m,
+            f"{what} names {words} ({case}); got {read(emu, what)!r}",
+            timeout=30,
+        )
+        print(f"\n{case}: {what}: {msg}")
+        assert "Traceback" not in msg and "[SQL" not in msg
+    assert not running(emu, "bad", 1)
+    alive(c)
+
+    for res, name, ns in deletions:
+        await admin.delete(res, name, ns)
+    await admit_and_finish(emu, admin, cluster, "good-3")
+    alive(c)
+    assert not cluster.errors
+
+
+async def test_a_refused_cluster_queue_is_active_again_once_fixed(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """The refusal is lifted by the next write the ledger accepts: the queue's Jobs are admitted then."""
+    emu.load_objects([cluster_queue("huge-cq", HUGE), local_queue("huge-lq", "huge-cq")])
+    c = await harness.start()
+    await admin.create(JOBS, job("waits", queue="huge-lq"))
+    await eventually(lambda: "LedgerRejected" in cq_inactive(emu, "huge-cq"), "huge-cq is inactive")
+    await admin.patch(CLUSTER_QUEUES, "huge-cq", {"spec": {"resourceGroups": quota(4)}})
+    await eventually(lambda: running(emu, "waits", 1), "admitted once the quota fits", timeout=30)
+    await eventually(lambda: not cq_inactive(emu, "huge-cq"), "huge-cq is active again")
+    alive(c)
+
+
+async def test_a_job_with_a_large_annotation_does_not_break_the_jobs_watch(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """5 MB of annotation (more than aiohttp's default line limit of the watch, 4 MiB here) on one Job:
+    the Jobs informer keeps its watch (no error, no re-list) and the other Jobs are admitted."""
+    c = await harness.start()
+    big = job("big")
+    big["metadata"]["annotations"] = {"example.com/blob": "x" * (5 * 2**20)}
+    await admin.create(JOBS, big)
+    await eventually(lambda: c.jobs.get("big", "default") is not None, "the informer holds the big Job")
+    for name in ("after-1", "after-2"):
+        await admit_and_finish(emu, admin, cluster, name)
+    assert c.jobs.stats.errors == 0 and c.jobs.stats.lists == 1, c.jobs.stats
+    await eventually(lambda: running(emu, "big", 1), "the big Job itself is admitted too", timeout=30)
+    alive(c)
