@@ -63,11 +63,30 @@ _OUTAGE = (
 )
 
 
+def _sqlstate(e: BaseException) -> str:
+    """The SQLSTATE of a database error (asyncpg's adapter raises a plain ``DBAPIError`` for most)."""
+    orig = getattr(e, "orig", None)
+    for x in (orig, getattr(orig, "__cause__", None)):
+        code = getattr(x, "sqlstate", None) or getattr(x, "pgcode", None)
+        if isinstance(code, str):
+            return code
+    return ""
+
+
+# SQLSTATE classes: 22 data exception (numeric field overflow, value too long), 23 integrity constraint
+# violation; 08 connection exception, 53 insufficient resources, 57 operator intervention (shutdown)
+_DATA_CLASSES = ("22", "23")
+_OUTAGE_CLASSES = ("08", "53", "57")
+
+
 def is_outage(e: BaseException) -> bool:
     """Whether ``e`` says the database is unreachable (the data may be fine)."""
     if isinstance(e, sa.DBAPIError) and e.connection_invalidated:
         return True
-    if isinstance(e, sa.DataError | sa.IntegrityError | sa.ProgrammingError):
+    state = _sqlstate(e)
+    if state[:2] in _OUTAGE_CLASSES:
+        return True
+    if state[:2] in _DATA_CLASSES or isinstance(e, sa.DataError | sa.IntegrityError | sa.ProgrammingError):
         return False
     if isinstance(e, _OUTAGE):
         return True
@@ -90,7 +109,9 @@ def is_data_error(e: BaseException) -> bool:
 
     if isinstance(e, LedgerError):
         return True
-    return isinstance(e, sa.DataError | sa.IntegrityError) and not is_outage(e)
+    if is_outage(e):
+        return False
+    return isinstance(e, sa.DataError | sa.IntegrityError) or _sqlstate(e)[:2] in _DATA_CLASSES
 
 
 def short_reason(e: BaseException) -> str:

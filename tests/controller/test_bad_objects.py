@@ -9,11 +9,14 @@ object instead of failing the cycle for everyone) and its loop keeps running."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from queueing.controller.controller import Controller
+from queueing.controller.isolation import isolate_cycle
+from queueing.dra.verify import VerifyError
 from queueing.kube.client import (
     CLUSTER_QUEUES,
     COHORTS,
@@ -246,3 +249,34 @@ async def test_a_job_with_a_large_annotation_does_not_break_the_jobs_watch(
     assert c.jobs.stats.errors == 0 and c.jobs.stats.lists == 1, c.jobs.stats
     await eventually(lambda: running(emu, "big", 1), "the big Job itself is admitted too", timeout=30)
     alive(c)
+
+
+def test_isolate_cycle_leaves_out_exactly_the_workloads_that_fail() -> None:
+    """The bisection of ``isolate_cycle``: with 2 bad workloads among 40, only those 2 are left out, each
+    with the error; an error that is no workload's (it fails with none pending) is raised; verify
+    mode's ``VerifyError`` always is."""
+    pending = [f"wl-{i}" for i in range(40)]
+    bad = {"wl-7", "wl-31"}
+
+    def cycle(items: Sequence[str]) -> list[str]:
+        for w in items:
+            if w in bad:
+                raise RuntimeError(f"INTERNAL: Iteration budget exceeded ({w})")
+        return list(items)
+
+    result, left_out = isolate_cycle(cycle, pending, str)
+    assert result == [w for w in pending if w not in bad]
+    assert sorted(left_out) == sorted(bad)
+    assert "RuntimeError: INTERNAL: Iteration budget exceeded (wl-7)" in left_out["wl-7"]
+
+    def broken(items: Sequence[str]) -> list[str]:
+        raise ValueError("not about any workload")
+
+    with pytest.raises(ValueError):
+        isolate_cycle(broken, pending, str)
+
+    def differs(items: Sequence[str]) -> list[str]:
+        raise VerifyError("fast path differs", "a", "b")
+
+    with pytest.raises(VerifyError):
+        isolate_cycle(differs, pending, str)

@@ -140,6 +140,20 @@ def test_the_installed_copy_finds_its_migrations_without_the_checkout(
     assert migrations == installed.site_packages / "queueing" / "ledger" / "_migrations"
 
 
+def test_the_installed_copy_has_no_testing_support_and_no_crash_switch(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """Production carries neither the emulator nor the crash switch: ``queueing.testing`` is not there,
+    and a fault point with ``QUEUEING_CRASH_AT`` set does nothing."""
+    code = (
+        "import importlib.util as u, queueing.faults as f; f.fault_point('admission.after_ledger'); "
+        "print(u.find_spec('queueing.testing') is None)"
+    )
+    env = {**clean_env(), "QUEUEING_CRASH_AT": "admission.after_ledger"}
+    ran = _run([str(installed.venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env)
+    assert (ran.returncode, ran.stdout) == (0, "True\n"), ran.stderr
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_queueing_migrate_from_the_installed_wheel(
     installed: Installed, backend: str, tmp_path: Path, request: pytest.FixtureRequest
