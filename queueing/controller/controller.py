@@ -65,7 +65,13 @@ from queueing.cache import ClusterCache, light_pod
 from queueing.config import Config
 from queueing.controller import evict as ev
 from queueing.controller.evict import Evicting
-from queueing.controller.isolation import LEDGER_REJECTED, OutageLog, Quarantine, isolate_cycle
+from queueing.controller.isolation import (
+    LEDGER_REJECTED,
+    OutageLog,
+    Quarantine,
+    isolate_cycle,
+    refusal_message,
+)
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
     GATE_ADMISSION,
@@ -122,6 +128,7 @@ from queueing.kube.client import (
 from queueing.kube.events import EventRecorder
 from queueing.kube.informer import Informer
 from queueing.kube.writes import each, is_already_exists, is_not_found, retrying
+from queueing.ledger.errors import is_data_error
 from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.quota import quota_specs
 from queueing.ledger.reconcile import (
@@ -1159,8 +1166,9 @@ class Controller:
         if len(todo) > 1:
             try:
                 await self.ledger.admit_many(reqs, at=now)
-            except LedgerError:
-                pass  # one of them is refused, or already admitted: each on its own below
+            except Exception as e:  # isolation: a refusal of the data is handled per workload below
+                if not is_data_error(e):
+                    raise  # one of them is refused, or already admitted: each on its own below
             else:
                 for wl, adm, a in todo:
                     self._admitted(wl, adm, a, now)
@@ -1185,9 +1193,13 @@ class Controller:
             log.warning("Workload %s was already admitted in the ledger; re-admitting", wl.key)
             await self.ledger.release(uid, at=now, reason="Readmitted", final_state="pending")
             await self.ledger.admit(req, at=now)
-        except LedgerError as e:
+        except Exception as e:  # isolation: the ledger or the database refusing this workload's data
+            if not is_data_error(e):
+                raise
             log.warning("the ledger refused to admit %s: %s", wl.key, e)
-            await self._set_pending(wl, PendingReason(adm.cluster_queue, "Pending", f"ledger: {e}"))
+            await self._set_pending(
+                wl, PendingReason(adm.cluster_queue, "Pending", f"ledger: {refusal_message(e)}")
+            )
             return
         self._admitted(wl, adm, admission, now)
         await self._write_admission(wl, admission, now)

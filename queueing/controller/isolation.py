@@ -41,6 +41,7 @@ __all__ = [
     "Quarantine",
     "isolate_cycle",
     "quota_errors",
+    "refusal_message",
 ]
 
 log = logging.getLogger("queueing.controller.isolation")
@@ -97,7 +98,7 @@ class Quarantine:
             except Exception as e:
                 if is_outage(e) or not is_data_error(e):
                     raise
-                problems = [_data_message(e)]
+                problems = [f"the ledger refused it: {refusal_message(e)}"]
         if problems:
             msg = f"{key[0]} {obj.name}: " + "; ".join(problems)
             if self.rejected.get(key) != msg:
@@ -166,15 +167,19 @@ def _without_quota(obj: Q) -> Q:
     return type(obj).model_validate(raw)
 
 
-def _data_message(e: BaseException) -> str:
-    """The database's own words about the data (``numeric field overflow``), without SQL or
-    parameters; the ledger's refusals are already one clear line."""
+def refusal_message(e: BaseException) -> str:
+    """A refusal of data in one line: the ledger's own (already one clear line), or the database's
+    words (``numeric field overflow``) without SQL or parameters."""
+    from queueing.ledger.repository import LedgerError
+
+    if isinstance(e, LedgerError):
+        return str(e)
     orig = getattr(e, "orig", None)
     text = str(orig if orig is not None else e).strip().splitlines()
     first = text[0] if text else type(e).__name__
     for cut in ("[SQL:", "(Background on this error"):
         first = first.split(cut, 1)[0].strip()
-    return f"the ledger refused it: {first or short_reason(e)}"
+    return first or short_reason(e)
 
 
 # ------------------------------------------------------------------ the scheduling cycle

@@ -418,6 +418,8 @@ class Ledger:
         throughput: a constant number of statements per batch). Returns the admission ids."""
         if not reqs:
             return []
+        for req in reqs:
+            _check_request_amounts(req)
         at_ms = _ms(at)
         try:
             async with self.engine.begin() as c:
@@ -1186,6 +1188,17 @@ def _check_unique_quotas(kind: str, name: str, quotas: Iterable[QuotaSpec]) -> N
                 raise InvalidSpec(
                     f"{kind} {name}: flavor {q.flavor}, resource {q.resource}: {field_name}: {why}"
                 )
+
+
+def _check_request_amounts(req: AdmissionRequest) -> None:
+    """Every amount of an admission fits the ledger's column (else InvalidSpec naming it, nothing written)."""
+    for ch in req.charges:
+        if (why := amount_error(ch.amount)) is not None:
+            raise InvalidSpec(f"workload {req.workload_uid}: charge {ch.flavor}/{ch.resource}: {why}")
+    for pod in req.pods:
+        for d in pod.devices:
+            if d.memory is not None and (why := amount_error(d.memory)) is not None:
+                raise InvalidSpec(f"workload {req.workload_uid}: device {d.device} memory: {why}")
 
 
 def _normalized_cohort(spec: CohortSpec) -> CohortSpec:

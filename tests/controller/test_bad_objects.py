@@ -23,6 +23,7 @@ from queueing.kube.client import (
     DEVICE_CLASSES,
     JOBS,
     RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_SLICES,
     KubeClient,
     Resource,
 )
@@ -87,6 +88,20 @@ def claim_template(name: str, device_class_name: str, cel: str | None = None) ->
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
     }
+
+
+HUGE_DRIVER = "huge.example.com"
+HUGE_SLICE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": "node-a-huge"},
+    "spec": {
+        "driver": HUGE_DRIVER,
+        "nodeName": "node-a",
+        "pool": {"name": "node-a-huge", "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": "dev-0", "capacity": {"memory": {"value": HUGE}}}],
+    },
+}
 
 
 def cover_in_team(emu: Emulator, resource: str) -> None:
@@ -154,6 +169,17 @@ CASES: dict[str, Case] = {
         job("bad", template="uses-costly-class"),
         [("job:bad", ("DeviceClass costly-class", "spec.selectors[0].cel.expression", "budget"))],
         [(DEVICE_CLASSES, "costly-class", None)],
+    ),
+    "ResourceSlice device with memory 1e100": (
+        [
+            device_class(HUGE_DRIVER, f'device.driver == "{HUGE_DRIVER}"'),
+            claim_template("uses-huge", HUGE_DRIVER),
+            HUGE_SLICE,
+        ],
+        HUGE_DRIVER,
+        job("bad", template="uses-huge"),
+        [("job:bad", ("ledger:", f"device {HUGE_DRIVER}/node-a-huge/dev-0 memory", "1e100", "too large"))],
+        [(RESOURCE_SLICES, "node-a-huge", None)],
     ),
     "ResourceClaimTemplate with a CEL selector over budget": (
         [claim_template("costly-template", GPU_CLASS, EXPENSIVE_CEL)],
