@@ -127,7 +127,7 @@ from queueing.kube.client import (
 )
 from queueing.kube.events import EventRecorder
 from queueing.kube.informer import Informer
-from queueing.kube.writes import each, is_already_exists, is_not_found, retrying
+from queueing.kube.writes import describe_error, each, is_already_exists, is_not_found, retrying
 from queueing.ledger.errors import is_data_error
 from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.quota import quota_specs
@@ -1196,7 +1196,7 @@ class Controller:
         except Exception as e:  # isolation: the ledger or the database refusing this workload's data
             if not is_data_error(e):
                 raise
-            log.warning("the ledger refused to admit %s: %s", wl.key, e)
+            log.warning("the ledger refused to admit %s: %s", wl.key, refusal_message(e))
             await self._set_pending(
                 wl, PendingReason(adm.cluster_queue, "Pending", f"ledger: {refusal_message(e)}")
             )
@@ -1247,7 +1247,7 @@ class Controller:
             )
         except Exception as e:
             # the ledger holds the admission: keep trying (status_todo) without holding up the others
-            log.warning("status of Workload %s not written yet: %s", wl.key, e)
+            log.warning("status of Workload %s not written yet: %s", wl.key, describe_error(e))
             self.stats.errors += 1
             self._retry_later()
             return

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from queueing.api.base import KubeObject
-from queueing.kube.client import EVENTS, ApiException, KubeClient
-from queueing.kube.writes import api_reason, is_already_exists
+from queueing.kube.client import EVENTS, KubeClient
+from queueing.kube.writes import describe_error, is_already_exists
 
 __all__ = ["EventRecorder"]
 
@@ -39,14 +39,6 @@ class _Recorded:
     count: int  # what the API holds once the pending repeats are written
     written: int  # the count last written
     written_at: float  # the recorder's clock
-
-
-def _one_line(e: BaseException) -> str:
-    """An API error as ``409 AlreadyExists`` (kubernetes-asyncio's str() is a multi-line HTTP dump)."""
-    if isinstance(e, ApiException):
-        return f"{e.status} {api_reason(e) or e.reason or ''}".strip()
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
 def _now() -> str:
@@ -150,7 +142,7 @@ class EventRecorder:
         except Exception as e:  # an Event is best effort
             if not is_already_exists(e):
                 self.failed += 1
-                log.info("event %s %s on %s not recorded: %s", type_, reason, obj.key, _one_line(e))
+                log.info("event %s %s on %s not recorded: %s", type_, reason, obj.key, describe_error(e))
                 return
         # recorded before a restart (same key, same name): go on from its count, as client-go does
         try:
@@ -158,7 +150,7 @@ class EventRecorder:
             rec.count = int(existing.get("count") or 1) + 1
         except Exception as e:
             self.failed += 1
-            log.info("event %s %s on %s not updated: %s", type_, reason, obj.key, _one_line(e))
+            log.info("event %s %s on %s not updated: %s", type_, reason, obj.key, describe_error(e))
             return
         await self._update(rec, what=f"{type_} {reason} on {obj.key}")
 
@@ -172,7 +164,7 @@ class EventRecorder:
             )
         except Exception as e:
             self.failed += 1
-            log.info("event %s not updated: %s", what, _one_line(e))
+            log.info("event %s not updated: %s", what, describe_error(e))
             return
         rec.written = rec.count
         self.updated += 1

@@ -42,6 +42,7 @@ from pydantic import ValidationError
 
 from queueing.api.base import KubeObject, format_validation_error
 from queueing.kube.client import KubeClient, Resource, allow_long_lines
+from queueing.kube.writes import describe_error
 
 __all__ = ["Handler", "Informer", "InformerStats"]
 
@@ -366,7 +367,7 @@ class Informer(Generic[T]):
                     continue
                 log.warning("informer %s: API error %s %s", self.resource.plural, e.status, e.reason)
             except Exception as e:  # connection lost, client timeout, malformed stream ...
-                log.warning("informer %s: %s: %s", self.resource.plural, type(e).__name__, e)
+                log.warning("informer %s: %s", self.resource.plural, describe_error(e))
             self.stats.errors += 1
             failures += 1
             if failures >= self.relist_after_errors:

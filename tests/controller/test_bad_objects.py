@@ -30,7 +30,7 @@ from queueing.kube.client import (
 from queueing.testing import Emulator
 from queueing.testing.cluster import StandIns
 from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
-from tests.controller.test_admission import cond, running, workload
+from tests.controller.test_admission import cond, items, running, workload
 
 LIST_300 = "[" + ",".join(str(i) for i in range(300)) + "]"
 # three nested comprehensions over 300 elements: CEL's iteration budget is exceeded at evaluation
@@ -306,3 +306,23 @@ def test_isolate_cycle_leaves_out_exactly_the_workloads_that_fail() -> None:
 
     with pytest.raises(VerifyError):
         isolate_cycle(differs, pending, str)
+
+
+async def test_a_restarted_controller_updates_the_events_it_recorded(emu: Emulator, harness: Harness) -> None:
+    """As client-go's recorder: the restarted controller's create of the same Event is refused (409
+    AlreadyExists) and becomes an update of its count — one Event object, not a dropped one."""
+
+    def recorded() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in items(emu, "events")
+            if e["reason"] == "LedgerRejected" and e["involvedObject"]["name"] == "huge-cq"
+        ]
+
+    emu.load_objects([cluster_queue("huge-cq", HUGE)])
+    await harness.start()
+    await eventually(lambda: [e["count"] for e in recorded()] == [1], "the Warning Event on huge-cq")
+    await harness.stop()
+    c = await harness.start()
+    await eventually(lambda: [e["count"] for e in recorded()] == [2], "the same Event, its count 2")
+    assert c.events.updated == 1 and c.events.failed == 0
