@@ -137,10 +137,10 @@ CASES: dict[str, Case] = {
     "ClusterQueue nominalQuota 1e100": (
         [cluster_queue("huge-cq", HUGE), local_queue("huge-lq", "huge-cq")],
         None,
-        job("bad", queue="huge-lq"),
+        job("bad-cq", queue="huge-lq"),
         [
             ("cq:huge-cq", ("LedgerRejected", "ClusterQueue huge-cq", QUOTA_FIELD, "1e100", "too large")),
-            ("job:bad", ("ClusterQueue huge-cq is inactive", QUOTA_FIELD)),
+            ("job:bad-cq", ("ClusterQueue huge-cq is inactive", QUOTA_FIELD)),
         ],
         [(CLUSTER_QUEUES, "huge-cq", None)],
     ),
@@ -156,18 +156,18 @@ CASES: dict[str, Case] = {
             local_queue("member-lq", "member-cq"),
         ],
         None,
-        job("bad", queue="member-lq"),
+        job("bad-cohort", queue="member-lq"),
         [
             ("cq:member-cq", ("LedgerRejected", "Cohort huge-cohort", QUOTA_FIELD, "too large")),
-            ("job:bad", ("ClusterQueue member-cq is inactive", "Cohort huge-cohort", QUOTA_FIELD)),
+            ("job:bad-cohort", ("ClusterQueue member-cq is inactive", "Cohort huge-cohort", QUOTA_FIELD)),
         ],
         [(COHORTS, "huge-cohort", None)],
     ),
     "DeviceClass with a CEL selector over budget": (
         [device_class("costly-class", EXPENSIVE_CEL), claim_template("uses-costly-class", "costly-class")],
         "costly-class",
-        job("bad", template="uses-costly-class"),
-        [("job:bad", ("DeviceClass costly-class", "spec.selectors[0].cel.expression", "budget"))],
+        job("bad-class", template="uses-costly-class"),
+        [("job:bad-class", ("DeviceClass costly-class", "spec.selectors[0].cel.expression", "budget"))],
         [(DEVICE_CLASSES, "costly-class", None)],
     ),
     "ResourceSlice device with memory 1e100": (
@@ -177,17 +177,22 @@ CASES: dict[str, Case] = {
             HUGE_SLICE,
         ],
         HUGE_DRIVER,
-        job("bad", template="uses-huge"),
-        [("job:bad", ("ledger:", f"device {HUGE_DRIVER}/node-a-huge/dev-0 memory", "1e100", "too large"))],
+        job("bad-slice", template="uses-huge"),
+        [
+            (
+                "job:bad-slice",
+                ("ledger:", f"device {HUGE_DRIVER}/node-a-huge/dev-0 memory", "1e100", "too large"),
+            )
+        ],
         [(RESOURCE_SLICES, "node-a-huge", None)],
     ),
     "ResourceClaimTemplate with a CEL selector over budget": (
         [claim_template("costly-template", GPU_CLASS, EXPENSIVE_CEL)],
         None,
-        job("bad", template="costly-template"),
+        job("bad-template", template="costly-template"),
         [
             (
-                "job:bad",
+                "job:bad-template",
                 ("ResourceClaimTemplate default/costly-template", "selectors[0].cel.expression", "budget"),
             )
         ],
@@ -215,49 +220,37 @@ def alive(c: Controller) -> None:
     assert c.stats.errors == 0, "a sync failed: the bad object's error reached everyone"
 
 
-@pytest.mark.parametrize("case", list(CASES))
-async def test_a_bad_object_stays_with_itself(
-    case: str, emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+async def test_bad_objects_stay_with_themselves(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
 ) -> None:
-    objects, covered, bad_job, expected, deletions = CASES[case]
+    """Every case of ``CASES`` at once (each with its own bad Job), while good Jobs keep arriving."""
     c = await harness.start()
     await admit_and_finish(emu, admin, cluster, "good-1")
 
-    if covered:
-        cover_in_team(emu, covered)
-    emu.load_objects(objects)  # as it is: no validation on the way in
-    await admin.create(JOBS, bad_job)
+    for objects, covered, bad_job, _, _ in CASES.values():
+        if covered:
+            cover_in_team(emu, covered)
+        emu.load_objects(objects)  # as it is: no validation on the way in
+        await admin.create(JOBS, bad_job)
     await admit_and_finish(emu, admin, cluster, "good-2")
-    for what, words in expected:
-        msg = await eventually(
-            lambda what=what, words=words: (m := read(emu, what)) and all(w in m for w in words) and m,
-            f"{what} names {words} ({case}); got {read(emu, what)!r}",
-            timeout=30,
-        )
-        print(f"\n{case}: {what}: {msg}")
-        assert "Traceback" not in msg and "[SQL" not in msg
-    assert not running(emu, "bad", 1)
+    for case, (_, _, bad_job, expected, _) in CASES.items():
+        for what, words in expected:
+            msg = await eventually(
+                lambda what=what, words=words: (m := read(emu, what)) and all(w in m for w in words) and m,
+                f"{what} names {words} ({case}); got {read(emu, what)!r}",
+                timeout=30,
+            )
+            print(f"\n{case}: {what}: {msg}")
+            assert "Traceback" not in msg and "[SQL" not in msg
+        assert not running(emu, bad_job["metadata"]["name"], 1), case
     alive(c)
 
-    for res, name, ns in deletions:
-        await admin.delete(res, name, ns)
+    for *_, deletions in CASES.values():
+        for res, name, ns in deletions:
+            await admin.delete(res, name, ns)
     await admit_and_finish(emu, admin, cluster, "good-3")
     alive(c)
     assert not cluster.errors
-
-
-async def test_a_refused_cluster_queue_is_active_again_once_fixed(
-    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
-) -> None:
-    """The refusal is lifted by the next write the ledger accepts: the queue's Jobs are admitted then."""
-    emu.load_objects([cluster_queue("huge-cq", HUGE), local_queue("huge-lq", "huge-cq")])
-    c = await harness.start()
-    await admin.create(JOBS, job("waits", queue="huge-lq"))
-    await eventually(lambda: "LedgerRejected" in cq_inactive(emu, "huge-cq"), "huge-cq is inactive")
-    await admin.patch(CLUSTER_QUEUES, "huge-cq", {"spec": {"resourceGroups": quota(4)}})
-    await eventually(lambda: running(emu, "waits", 1), "admitted once the quota fits", timeout=30)
-    await eventually(lambda: not cq_inactive(emu, "huge-cq"), "huge-cq is active again")
-    alive(c)
 
 
 async def test_a_job_with_a_large_annotation_does_not_break_the_jobs_watch(
@@ -308,9 +301,13 @@ def test_isolate_cycle_leaves_out_exactly_the_workloads_that_fail() -> None:
         isolate_cycle(differs, pending, str)
 
 
-async def test_a_restarted_controller_updates_the_events_it_recorded(emu: Emulator, harness: Harness) -> None:
-    """As client-go's recorder: the restarted controller's create of the same Event is refused (409
-    AlreadyExists) and becomes an update of its count — one Event object, not a dropped one."""
+async def test_a_refused_cluster_queue_after_a_restart_and_once_fixed(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """A refused ClusterQueue's Warning Event, as client-go's recorder does it: the restarted
+    controller's create of the same Event is refused (409 AlreadyExists) and becomes an update of its
+    count — one Event object, not a dropped one. Then the refusal is lifted by the next write the ledger
+    accepts: the queue is active again and its waiting Job admitted."""
 
     def recorded() -> list[dict[str, Any]]:
         return [
@@ -319,10 +316,17 @@ async def test_a_restarted_controller_updates_the_events_it_recorded(emu: Emulat
             if e["reason"] == "LedgerRejected" and e["involvedObject"]["name"] == "huge-cq"
         ]
 
-    emu.load_objects([cluster_queue("huge-cq", HUGE)])
+    emu.load_objects([cluster_queue("huge-cq", HUGE), local_queue("huge-lq", "huge-cq")])
     await harness.start()
+    await admin.create(JOBS, job("waits", queue="huge-lq"))
     await eventually(lambda: [e["count"] for e in recorded()] == [1], "the Warning Event on huge-cq")
     await harness.stop()
     c = await harness.start()
     await eventually(lambda: [e["count"] for e in recorded()] == [2], "the same Event, its count 2")
     assert c.events.updated == 1 and c.events.failed == 0
+    await eventually(lambda: "LedgerRejected" in cq_inactive(emu, "huge-cq"), "huge-cq is inactive")
+
+    await admin.patch(CLUSTER_QUEUES, "huge-cq", {"spec": {"resourceGroups": quota(4)}})
+    await eventually(lambda: running(emu, "waits", 1), "admitted once the quota fits", timeout=30)
+    await eventually(lambda: not cq_inactive(emu, "huge-cq"), "huge-cq is active again")
+    alive(c)
