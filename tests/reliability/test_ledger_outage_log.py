@@ -15,7 +15,9 @@ import asyncio
 import logging
 import os
 import re
+import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -122,3 +124,29 @@ async def test_a_20s_ledger_outage_logs_a_handful_of_lines(
         await api.close()
         await ledger.close()
         await proxy.down()
+
+
+async def test_run_with_the_ledger_unreachable_at_start_exits_2_with_one_line(
+    emu: Emulator, tmp_path: Path
+) -> None:
+    """``queueing run`` whose database does not answer at start: exit 2, one line naming the kind of
+    error (not a traceback, not a misleading "cannot serve the metrics")."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        f"metrics:\n  bindAddress: 127.0.0.1:{free_port()}\n"
+        f"health:\n  healthProbeBindAddress: 127.0.0.1:{free_port()}\n"
+    )
+    env = {
+        **os.environ,
+        "QUEUEING_CONFIG": str(cfg),
+        "QUEUEING_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/nothing",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "queueing", "run", "--skip-migrations",
+        "--kubeconfig", str(emu.kubeconfig_path(tmp_path)),
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    text = err.decode()
+    assert proc.returncode == 2, text
+    assert text == "queueing run: the ledger database is unreachable (ConnectionRefusedError)\n", text
