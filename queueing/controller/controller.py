@@ -345,9 +345,8 @@ class Controller:
         # isolation (controller/isolation.py): queue objects the ledger refused; the outage's log
         self.quarantine = Quarantine(report=lambda o, m: self.events.emit(o, "Warning", LEDGER_REJECTED, m))
         self.outage = OutageLog()
-        # wedge detection (controller/health.py): when a sync last completed, and whether work waits
-        self.last_sync_completed: float | None = None  # time.monotonic()
-        self.work_pending = False
+        # wedge detection (controller/health.py): when a sync last completed (time.monotonic())
+        self.last_sync_completed: float | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def _on_change(self, old: KubeObject | None, new: KubeObject | None) -> None:
@@ -1166,9 +1165,9 @@ class Controller:
         if len(todo) > 1:
             try:
                 await self.ledger.admit_many(reqs, at=now)
-            except Exception as e:  # isolation: a refusal of the data is handled per workload below
-                if not is_data_error(e):
-                    raise  # one of them is refused, or already admitted: each on its own below
+            except Exception as e:  # isolation: one of them is refused (its data, or already admitted):
+                if not is_data_error(e):  # each on its own below, the refusal stays with its workload
+                    raise
             else:
                 for wl, adm, a in todo:
                     self._admitted(wl, adm, a, now)
