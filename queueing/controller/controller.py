@@ -645,7 +645,12 @@ class Controller:
             lspec = LedgerLocalQueue(lq.namespace or "default", lq.name, lq.spec.cluster_queue)
             key = (lspec.namespace, lspec.name)
             if self._ledger_lqs.get(key) != lspec:
-                await self.ledger.upsert_local_queue(lspec, at=now)
+                try:
+                    await self.ledger.upsert_local_queue(lspec, at=now)
+                except Exception as e:  # isolation: its Jobs then wait with the ledger's refusal
+                    if not is_data_error(e):
+                        raise
+                    log.warning("the ledger cannot store LocalQueue %s: %s", lq.key, refusal_message(e))
                 self._ledger_lqs[key] = lspec
 
     async def _sync_ledger_cohorts(self, now: float) -> None:

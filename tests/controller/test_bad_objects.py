@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from queueing.config import Config
 from queueing.controller.controller import Controller
 from queueing.controller.isolation import isolate_cycle
 from queueing.dra.verify import VerifyError
@@ -27,10 +28,12 @@ from queueing.kube.client import (
     KubeClient,
     Resource,
 )
+from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from queueing.testing.cluster import StandIns
 from tests.controller.conftest import GPU_CLASS, Harness, eventually, job
 from tests.controller.test_admission import cond, items, running, workload
+from tests.controller.test_postgres import pg_ledger  # noqa: F401
 
 LIST_300 = "[" + ",".join(str(i) for i in range(300)) + "]"
 # three nested comprehensions over 300 elements: CEL's iteration budget is exceeded at evaluation
@@ -330,3 +333,37 @@ async def test_a_refused_cluster_queue_after_a_restart_and_once_fixed(
     await eventually(lambda: running(emu, "waits", 1), "admitted once the quota fits", timeout=30)
     await eventually(lambda: not cq_inactive(emu, "huge-cq"), "huge-cq is active again")
     alive(c)
+
+
+LONG_RESOURCE = ".".join(["r" * 62] * 4) + "/gpu-memory"  # a valid qualified name of 262 characters
+
+
+@pytest.mark.postgres
+async def test_a_cluster_queue_the_database_refuses_is_isolated_on_postgresql(
+    emu: Emulator,
+    admin: KubeClient,
+    cluster: StandIns,
+    pg_ledger: Ledger,  # noqa: F811
+) -> None:
+    """What no check before the write knows: PostgreSQL refuses the row (a resource name longer than the
+    ledger's 253-character column: SQLSTATE 22001). The refusal stays with that ClusterQueue."""
+    cq = cluster_queue("long-cq")
+    cq["spec"]["resourceGroups"][0]["coveredResources"].append(LONG_RESOURCE)
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"].append(
+        {"name": LONG_RESOURCE, "nominalQuota": 1}
+    )
+    emu.load_objects([cq, local_queue("long-lq", "long-cq")])
+    harness = Harness(emu, pg_ledger, Config())
+    try:
+        c = await harness.start()
+        await admin.create(JOBS, job("bad", queue="long-lq"))
+        await admit_and_finish(emu, admin, cluster, "good")
+        msg = await eventually(
+            lambda: (m := cq_inactive(emu, "long-cq")) and "LedgerRejected" in m and m, "long-cq is inactive"
+        )
+        print(f"\n{msg}")
+        assert "ClusterQueue long-cq: the ledger refused it: value too long" in msg and "[SQL" not in msg
+        assert "ClusterQueue long-cq is inactive" in pending_message(emu, "bad")
+        alive(c)
+    finally:
+        await harness.stop()
