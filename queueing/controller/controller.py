@@ -69,8 +69,11 @@ from queueing.controller.isolation import (
     LEDGER_REJECTED,
     OutageLog,
     Quarantine,
+    invalid_cluster_queues,
+    invalid_status,
     isolate_cycle,
     refusal_message,
+    with_placeholders,
 )
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
@@ -345,6 +348,7 @@ class Controller:
         # isolation (controller/isolation.py): queue objects the ledger refused; the outage's log
         self.quarantine = Quarantine(report=lambda o, m: self.events.emit(o, "Warning", LEDGER_REJECTED, m))
         self.outage = OutageLog()
+        self._invalid_status: dict[str, str] = {}  # ClusterQueue the model rejects -> status written
         # wedge detection (controller/health.py): when a sync last completed (time.monotonic())
         self.last_sync_completed: float | None = None
 
@@ -959,8 +963,12 @@ class Controller:
     async def _schedule(self) -> None:
         ctx = self._context()
         pending, by_key, invalid = self._pending(ctx)
-        # isolation: a queue object the ledger refused is scheduled as last accepted, and inactive
-        refused = self.quarantine.inactive(self.cluster_queues.list(), self.cohorts.list())
+        # isolation: a queue object the ledger refused is scheduled as last accepted, and inactive; a
+        # ClusterQueue the model rejects is inactive too (an empty placeholder)
+        refused = {
+            **invalid_cluster_queues(self.cluster_queues.invalid_objects()),
+            **self.quarantine.inactive(self.cluster_queues.list(), self.cohorts.list()),
+        }
         specs = queue_specs(
             [
                 *self.flavors.list(),
@@ -970,6 +978,7 @@ class Controller:
                 *self.namespaces.list(),
             ]
         )
+        specs = with_placeholders(specs, refused)  # isolation
         for key, msg in invalid.items():
             await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", msg))
         draining = any(q.stop_policy == "HoldAndDrain" for q in specs.cluster_queues) or any(
@@ -2044,6 +2053,24 @@ class Controller:
             self.inactive_cluster_queues,
             self.clock(),
         )
+        # isolation: a ClusterQueue the model rejects says so in its status (once per message)
+        invalid_cqs = invalid_cluster_queues(self.cluster_queues.invalid_objects())
+        for name in self._invalid_status.keys() - invalid_cqs.keys():
+            del self._invalid_status[name]
+        for name, why in invalid_cqs.items():
+            if self._invalid_status.get(name) != why:
+                try:
+                    await self._patch(
+                        CLUSTER_QUEUES,
+                        name,
+                        {"status": invalid_status(why, self.clock())},
+                        subresource="status",
+                        what=f"status of ClusterQueue {name}",
+                    )
+                except Exception as e:
+                    if not is_not_found(e):
+                        raise
+                self._invalid_status[name] = why
         for cq in self.cluster_queues.list():
             want = cq_status.get(cq.name)
             if want is not None and want != _status_dict(cq):

@@ -10,6 +10,10 @@ an unexpected way would fail every sync, and no Job of any queue would be admitt
   before keeps counting, and its ClusterQueues — every ClusterQueue of a refused Cohort's subtree —
   are inactive with reason ``LedgerRejected`` (their Jobs wait with that message, the status says it).
   Refused again only when the object changes; the next accepted write lifts it.
+* ClusterQueues the model rejects (:func:`invalid_cluster_queues`) are inactive too, reason
+  ``InvalidSpec`` with the model's message naming the field, written on their status
+  (:func:`invalid_status`); an empty placeholder in the cycle (:func:`with_placeholders`) tells their
+  Jobs why instead of "doesn't exist".
 * :func:`quota_errors` — the check of an object's amounts against the ledger's column, before any
   write, with the field's path (``spec.resourceGroups[0].flavors[0].resources[0].nominalQuota``).
 * :func:`isolate_cycle` — the scheduling cycle is pure and evaluates every pending workload; if it
@@ -25,23 +29,32 @@ is handled by the loop (:class:`OutageLog`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from queueing.api.v1beta1 import ClusterQueue, Cohort, ResourceGroup
+from queueing.api.base import KubeObject
+from queueing.api.v1beta1 import ACTIVE, ClusterQueue, Cohort, ResourceGroup
+from queueing.controller.plan import fmt_time
 from queueing.dra.verify import VerifyError
 from queueing.ledger.errors import amount_error, is_data_error, is_outage, short_reason
+from queueing.scheduling.from_api import QueueSpecs
+from queueing.scheduling.snapshot import ClusterQueueSpec as SchedClusterQueue
 
 __all__ = [
+    "INVALID_SPEC",
     "LEDGER_REJECTED",
     "OutageLog",
     "Quarantine",
+    "invalid_cluster_queues",
+    "invalid_status",
     "isolate_cycle",
     "quota_errors",
     "refusal_message",
+    "with_placeholders",
 ]
 
 log = logging.getLogger("queueing.controller.isolation")
@@ -151,6 +164,44 @@ class Quarantine:
             if msg is not None:
                 out[cq.name] = f"{LEDGER_REJECTED}: {msg}"
         return out
+
+
+INVALID_SPEC = "InvalidSpec"
+
+
+def invalid_cluster_queues(invalid: Iterable[tuple[KubeObject, str]]) -> dict[str, str]:
+    """ClusterQueues the model rejects (the informer's ``invalid_objects()``) -> ``InvalidSpec: <message
+    naming the field>``: inactive, as the ledger's refusals are, rather than absent."""
+    return {ref.name: f"{INVALID_SPEC}: {msg}" for ref, msg in invalid if ref.name}
+
+
+def with_placeholders(specs: QueueSpecs, inactive: Mapping[str, str]) -> QueueSpecs:
+    """``specs`` with an empty ClusterQueue (no quota, no cohort, no namespace) for each inactive name
+    it lacks (one the model rejects): its Jobs are told why it is inactive instead of "doesn't exist"."""
+    have = {cq.name for cq in specs.cluster_queues}
+    missing = [
+        SchedClusterQueue(name, namespace_selector=None) for name in sorted(inactive) if name not in have
+    ]
+    if not missing:
+        return specs
+    return dataclasses.replace(
+        specs, cluster_queues=tuple(sorted((*specs.cluster_queues, *missing), key=lambda c: c.name))
+    )
+
+
+def invalid_status(message: str, now: float) -> dict[str, Any]:
+    """The status written on a ClusterQueue the model rejects (its other fields cannot be computed)."""
+    return {
+        "conditions": [
+            {
+                "type": ACTIVE,
+                "status": "False",
+                "reason": INVALID_SPEC,
+                "message": message,
+                "lastTransitionTime": fmt_time(now),
+            }
+        ]
+    }
 
 
 def _without_quota(obj: Q) -> Q:
