@@ -42,8 +42,12 @@ class StallWatch:
         *,
         clock: Callable[[], float] = time.monotonic,
         period: float | None = None,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
         self.controller = controller
+        # whether this replica should be syncing (the elector's view: elected, even while its loop
+        # cannot start, e.g. the ledger is away during its recovery); default the loop's own flag
+        self.leading = leading or (lambda: controller.leading)
         self.metrics = metrics
         self.timeout = timeout
         self.clock = clock
@@ -72,7 +76,7 @@ class StallWatch:
         """Update the stall (seconds) and the metrics; wake the loop when it has to prove it answers."""
         c = self.controller
         now = self.clock()
-        self.waiting = self.pending_work() if c.leading else 0
+        self.waiting = self.pending_work() if self.leading() else 0
         last = c.last_sync_completed
         if not self.waiting:
             self._asked = None

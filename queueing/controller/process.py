@@ -28,8 +28,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from queueing.config import Config
 from queueing.controller.controller import Controller
@@ -40,12 +40,14 @@ from queueing.controller.periodic import INADMISSIBLE_RECHECK, PeriodicJobs
 from queueing.kube.client import KubeClient
 from queueing.kube.leader import Clock, LeaderElectionSettings, LeaderElector
 from queueing.ledger.engine import is_postgres
-from queueing.ledger.errors import short_reason
+from queueing.ledger.errors import is_outage, short_reason
 from queueing.ledger.repository import Ledger
 
 __all__ = ["ControllerProcess", "default_identity"]
 
 log = logging.getLogger("queueing.controller.process")
+
+T = TypeVar("T")
 
 LEDGER_PROBE_TIMEOUT = 1.5  # seconds; under the readiness probe's timeoutSeconds (2) in deploy/
 
@@ -77,7 +79,12 @@ class ControllerProcess:
             kube, ledger, config, clock=clock, metrics=self.metrics, **controller_kwargs
         )
         self.http = ControllerHTTP(self.metrics) if serve_http else None
-        self.stall = StallWatch(self.controller, self.metrics, config.health.scheduling_stall_timeout)
+        self.stall = StallWatch(
+            self.controller,
+            self.metrics,
+            config.health.scheduling_stall_timeout,
+            leading=lambda: self._leading,  # elected, even while its loop cannot start yet
+        )
         if self.http is not None:
             self.http.add_ready_check("informers", self._informers_check)
             self.http.add_ready_check("scheduling", self.stall.ready_check)
@@ -163,14 +170,39 @@ class ControllerProcess:
 
     async def _started_leading(self) -> None:
         assert self.run_id is not None
-        self.term = await self.ledger.begin_leader_term(self.run_id, lease=self.lease, at=self.clock())
+        run_id = self.run_id
+        # isolation: the term and the recovery need the ledger; while it is away they are retried (one
+        # line logged), so the Lease's holder does not sit idle (this task is cancelled if it loses it)
+        self.term = await self._while_ledger_away(
+            "start its leader term",
+            lambda: self.ledger.begin_leader_term(run_id, lease=self.lease, at=self.clock()),
+        )
         self.terms.append(self.term)
         log.info("%s leads %s (term %d)", self.identity, self.lease, self.term)
         self._leading = True
-        await self.controller.begin_leading()
+        await self._while_ledger_away("recover from the ledger", self.controller.begin_leading)
         self.metrics.set_leader(self.lease, True)
         if self.jobs is not None:
             self.jobs.set_leader(True)
+
+    async def _while_ledger_away(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``await call()``, retried with backoff (up to 2 s) while the ledger is unreachable."""
+        delay, since = 0.2, None
+        while True:
+            try:
+                result = await call()
+            except Exception as e:
+                if not is_outage(e):
+                    raise
+                if since is None:
+                    since = time.monotonic()
+                    log.warning("ledger unreachable (%s): cannot %s yet; retrying", short_reason(e), what)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if since is not None:
+                log.warning("ledger reachable again after %.1fs: %s done", time.monotonic() - since, what)
+            return result
 
     async def _stopped_leading(self) -> None:
         was = self._leading

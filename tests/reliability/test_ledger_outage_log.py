@@ -24,7 +24,7 @@ import pytest
 from queueing.cli import main
 from queueing.config import Config
 from queueing.controller.process import ControllerProcess
-from queueing.kube.client import JOBS, KubeClient, api_client_for_url
+from queueing.kube.client import JOBS, LEASES, KubeClient, api_client_for_url
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from queueing.testing.cluster import StandIns
@@ -155,3 +155,61 @@ def test_run_with_the_ledger_unreachable_at_start_exits_2_with_one_line(
     err = capsys.readouterr().err
     assert code == 2, err
     assert err == "queueing run: the ledger database is unreachable (ConnectionRefusedError)\n", err
+
+
+@pytest.mark.postgres
+async def test_a_replica_elected_while_the_ledger_is_away_leads_once_it_is_back(
+    emu: Emulator,
+    admin: KubeClient,
+    cluster: StandIns,
+    pg_ledger: Ledger,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The Lease comes free while the ledger is away: the new holder cannot start its leader term, so it
+    retries (one line logged, no traceback) instead of holding the Lease idle; once the ledger is back
+    it leads and admits."""
+    url = pg_ledger.engine.url
+    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+    await proxy.up()
+    ledger = Ledger.from_url(url.set(port=proxy.port).render_as_string(hide_password=False))
+    config = Config(
+        namespace="queueing-system",
+        leader_election={"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.2},
+        metrics={"bind_address": f"127.0.0.1:{free_port()}"},
+        health={"health_probe_bind_address": f"127.0.0.1:{free_port()}"},
+    )
+    # the Lease is held by a replica that is gone: it comes free 2 s after this one first sees it
+    await admin.create(
+        LEASES,
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": config.leader_election.resource_name, "namespace": "queueing-system"},
+            "spec": {"holderIdentity": "gone", "leaseDurationSeconds": 2},
+        },
+    )
+    api = api_client_for_url(emu.url, token=CONTROLLER_TOKEN)
+    proc = ControllerProcess(KubeClient(api, timeout=5.0), ledger, config, identity="next")
+    try:
+        with caplog.at_level(logging.INFO, logger="queueing"):
+            await proc.start()
+            await proxy.down()
+            await eventually(
+                lambda: any("cannot start its leader term yet" in r.getMessage() for r in caplog.records),
+                "the elected replica waits for the ledger",
+                timeout=30,
+            )
+            assert proc.elector is not None and proc.elector.is_leader and not proc.leading
+            await admin.create(JOBS, job("after"))
+            await proxy.up()
+            await eventually(lambda: proc.leading, "it leads once the ledger is back", timeout=30)
+            await eventually(lambda: running(emu, "after", 1), "and admits", timeout=30)
+        lines = [r for r in caplog.records if "ledger" in r.getMessage()]
+        assert all(r.exc_info is None for r in caplog.records if r.name.startswith("queueing"))
+        assert len(lines) <= HANDFUL, [r.getMessage() for r in lines]
+    finally:
+        if proc.controller._started:
+            await proc.stop()
+        await api.close()
+        await ledger.close()
+        await proxy.down()
