@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "migrate": "migrate",
     "crds": "crds",
     "explain": "explain",
+    "import-kueue": "import_kueue",
 }
 
 

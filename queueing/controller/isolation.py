@@ -235,49 +235,47 @@ def refusal_message(e: BaseException) -> str:
 
 # ------------------------------------------------------------------ the scheduling cycle
 def isolate_cycle(
-    run: Callable[[Sequence[T]], Any],
-    pending: Sequence[T],
+    run: Callable[[Sequence[T] | None], Any],
+    pending: Callable[[], Sequence[T]],
     key: Callable[[T], str],
 ) -> tuple[Any, dict[str, str]]:
-    """``run(pending)``; when it raises (anything but ``VerifyError``), find the workloads that make it
-    fail — bisection, each half run on its own — and run it once more without them. Returns (the
-    result, workload key -> why it was left out). With nothing pending that fails alone, the error is
-    not about one workload's data and is raised."""
+    """``run(None)`` (the cycle over everything pending, as prepared); when it raises (anything but
+    ``VerifyError``), find the workloads of ``pending()`` that make it fail — bisection, ``run(subset)``
+    on halves — and run it once more without them. Returns (the result, workload key -> why it was left
+    out). With nothing that fails alone, the error is not about one workload's data and is raised."""
     try:
-        return run(pending), {}
+        return run(None), {}
     except VerifyError:
         raise
     except Exception as first:
         error: Exception = first
+    items = list(pending())
     bad: dict[str, str] = {}
 
-    def fails(items: Sequence[T]) -> Exception | None:
+    def fails(subset: Sequence[T]) -> Exception | None:
         try:
-            run(items)
+            run(subset)
         except VerifyError:
             raise
         except Exception as e:
             return e
         return None
 
-    def bisect(items: Sequence[T], e: Exception) -> None:
-        if len(items) == 1:
-            bad[key(items[0])] = f"evaluating this workload failed: {type(e).__name__}: {_one_line(e)}"
+    def bisect(subset: Sequence[T], e: Exception) -> None:
+        if len(subset) == 1:
+            bad[key(subset[0])] = f"evaluating this workload failed: {type(e).__name__}: {_one_line(e)}"
             return
-        mid = len(items) // 2
-        for half in (items[:mid], items[mid:]):
+        mid = len(subset) // 2
+        for half in (subset[:mid], subset[mid:]):
             he = fails(half)
             if he is not None:
                 bisect(half, he)
 
-    if len(pending) > 1:
-        bisect(pending, error)
-    elif len(pending) == 1:
-        bad[key(pending[0])] = f"evaluating this workload failed: {type(error).__name__}: {_one_line(error)}"
+    if items and fails(items) is not None:
+        bisect(items, error)
     if not bad:
         raise error
-    rest = [p for p in pending if key(p) not in bad]
-    return run(rest), bad
+    return run([p for p in items if key(p) not in bad]), bad
 
 
 def _one_line(e: BaseException) -> str:

@@ -302,28 +302,28 @@ def test_isolate_cycle_leaves_out_exactly_the_workloads_that_fail() -> None:
     pending = [f"wl-{i}" for i in range(40)]
     bad = {"wl-7", "wl-31"}
 
-    def cycle(items: Sequence[str]) -> list[str]:
-        for w in items:
+    def cycle(items: Sequence[str] | None) -> list[str]:
+        for w in pending if items is None else items:
             if w in bad:
                 raise RuntimeError(f"INTERNAL: Iteration budget exceeded ({w})")
-        return list(items)
+        return list(pending if items is None else items)
 
-    result, left_out = isolate_cycle(cycle, pending, str)
+    result, left_out = isolate_cycle(cycle, lambda: pending, str)
     assert result == [w for w in pending if w not in bad]
     assert sorted(left_out) == sorted(bad)
     assert "RuntimeError: INTERNAL: Iteration budget exceeded (wl-7)" in left_out["wl-7"]
 
-    def broken(items: Sequence[str]) -> list[str]:
+    def broken(items: Sequence[str] | None) -> list[str]:
         raise ValueError("not about any workload")
 
     with pytest.raises(ValueError):
-        isolate_cycle(broken, pending, str)
+        isolate_cycle(broken, lambda: pending, str)
 
-    def differs(items: Sequence[str]) -> list[str]:
+    def differs(items: Sequence[str] | None) -> list[str]:
         raise VerifyError("fast path differs", "a", "b")
 
     with pytest.raises(VerifyError):
-        isolate_cycle(differs, pending, str)
+        isolate_cycle(differs, lambda: pending, str)
 
 
 async def test_a_refused_cluster_queue_after_a_restart_and_once_fixed(

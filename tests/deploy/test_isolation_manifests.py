@@ -18,7 +18,7 @@ def _one(build: str, kind: str) -> dict:  # type: ignore[type-arg]
     return found
 
 
-def test_network_policy_admits_only_the_metrics_port_to_the_controller() -> None:
+def test_network_policy_admits_the_metrics_port_from_scrapers_and_the_visibility_port() -> None:
     policy = _one("deploy", "NetworkPolicy")
     (dep,) = [
         o
@@ -29,9 +29,12 @@ def test_network_policy_admits_only_the_metrics_port_to_the_controller() -> None
     assert policy["metadata"]["namespace"] == dep["metadata"]["namespace"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    (rule,) = policy["spec"]["ingress"]
+    rule, visibility = policy["spec"]["ingress"]
     ports = {p["name"]: p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}
     assert [p["port"] for p in rule["ports"]] == ["metrics"] and "metrics" in ports
+    # the aggregated visibility API: kube-apiserver proxies to it (no selector names it)
+    assert visibility == {"ports": [{"port": "visibility", "protocol": "TCP"}]} and "visibility" in ports
+    assert set(ports) == {"metrics", "health", "visibility"}  # a new port needs a thought here
     # from labelled namespaces only, never from everywhere
     (source,) = rule["from"]
     assert source["namespaceSelector"]["matchLabels"] == {"queueing.dra.io/metrics-scraper": "true"}

@@ -18,6 +18,7 @@ BUILDS = {
     "deploy": "1.34.0",
     "deploy/overlays/postgres": "1.34.0",
     "deploy/overlays/kubernetes-1.36": "1.36.0",
+    "deploy/overlays/kueue-labels": "1.34.0",
 }
 WILDCARD = "*"
 
