@@ -179,6 +179,12 @@ class HealthConfig(_Section):
     health_probe_bind_address: str = Field(
         ":8081", description="Where `/healthz` (liveness) and `/readyz` (readiness) are served."
     )
+    scheduling_stall_timeout: float = _duration(
+        "`/readyz` fails, and the metric `queueing_scheduling_stalled` is 1, when the leader completed no "
+        "sync (scheduling cycle) for this long while work is pending. Not in Kueue.",
+        default=120.0,
+        gt=0,
+    )
 
     @field_validator("health_probe_bind_address")
     @classmethod

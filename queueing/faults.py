@@ -2,27 +2,27 @@
 
 The controller calls ``fault_point("admission.after_ledger")`` at each step of its admission, plan
 binding, eviction and finish paths. Unarmed (production), a fault point is one dict lookup and a
-``None`` check. A test arms it in one of two ways:
+``None`` check. Only a test arms it, in one of two ways:
 
 * in-process: ``arm(hook)`` installs a callable that receives every fault point's name; the
   crash harness (tests/reliability/crash.py) counts the hits and, at the chosen one, raises
   :class:`SimulatedCrash`. It derives from ``BaseException`` so that no ``except Exception`` on the
   way up swallows it: the controller's task dies on the spot, as a SIGKILL would leave it.
-* in a subprocess: the environment variable ``QUEUEING_CRASH_AT=NAME[:N]`` makes the N-th hit (default
-  the first) of the fault point NAME call ``os._exit(137)`` — no cleanup, no ``finally``, like SIGKILL.
+* in a subprocess: the crash switch of the testing support, ``python -m queueing.testing.crash_switch
+  run ...`` with ``QUEUEING_CRASH_AT=NAME[:N]``, arms a hook that makes the N-th hit (default the first)
+  of the fault point NAME call ``os._exit(137)`` — no cleanup, no ``finally``, like SIGKILL. The
+  production entry point (``queueing run``) never reads that variable, and the wheel and the image do
+  not carry ``queueing.testing``.
 
 ``hits`` counts every fault point reached while the registry is armed (tests report coverage from it).
 """
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable
 
 __all__ = ["POINTS", "SimulatedCrash", "arm", "disarm", "fault_point", "hits"]
-
-ENV = "QUEUEING_CRASH_AT"
 
 # every fault point the controller has, by path (tests check that each is reached)
 POINTS: tuple[str, ...] = (
@@ -52,16 +52,7 @@ class SimulatedCrash(BaseException):
 
 
 _hook: Callable[[str], None] | None = None
-_env_target: tuple[str, int] | None = None
 hits: Counter[str] = Counter()
-
-
-def _parse_env() -> tuple[str, int] | None:
-    raw = os.environ.get(ENV)
-    if not raw:
-        return None
-    name, _, n = raw.partition(":")
-    return name, int(n) if n.isdigit() else 1
 
 
 def arm(hook: Callable[[str], None]) -> None:
@@ -78,14 +69,7 @@ def disarm() -> None:
 
 def fault_point(name: str) -> None:
     """A place where a crash must leave the system recoverable. A no-op unless armed."""
-    global _env_target
-    if _hook is None and _env_target is None:
+    if _hook is None:
         return
     hits[name] += 1
-    if _env_target is not None and _env_target[0] == name and hits[name] >= _env_target[1]:
-        os._exit(137)
-    if _hook is not None:
-        _hook(name)
-
-
-_env_target = _parse_env()
+    _hook(name)

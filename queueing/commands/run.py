@@ -144,6 +144,7 @@ async def serve(
     from queueing.config import ConfigError, load_config
     from queueing.controller.process import ControllerProcess
     from queueing.kube.client import KubeClient, load_api_client
+    from queueing.ledger.errors import is_outage, short_reason
     from queueing.ledger.migrate import upgrade_async
     from queueing.ledger.repository import Ledger
 
@@ -194,8 +195,13 @@ async def serve(
         except TimeoutError:
             print("queueing run: the informers did not sync with the API server in time", file=sys.stderr)
             return 2
-        except OSError as e:
-            print(f"queueing run: cannot serve the metrics or probe endpoints: {e}", file=sys.stderr)
+        except Exception as e:
+            if isinstance(e, OSError) and not isinstance(e, ConnectionError):  # a port that cannot be bound
+                print(f"queueing run: cannot serve the metrics or probe endpoints: {e}", file=sys.stderr)
+                return 2
+            if not is_outage(e):
+                raise
+            print(f"queueing run: the ledger database is unreachable ({short_reason(e)})", file=sys.stderr)
             return 2
         log.info(
             "controller started (plan binding mode %s, identity %s, leader election %s)",

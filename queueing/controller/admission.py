@@ -30,6 +30,12 @@ from queueing.controller.base import (
     log,
 )
 from queueing.controller.eviction import Eviction
+from queueing.controller.isolation import (
+    invalid_cluster_queues,
+    isolate_cycle,
+    refusal_message,
+    with_placeholders,
+)
 from queueing.controller.plan import (
     DeviceIndex,
     ledger_request,
@@ -37,8 +43,10 @@ from queueing.controller.plan import (
     with_condition,
 )
 from queueing.faults import fault_point
-from queueing.kube.writes import each
-from queueing.ledger.repository import AlreadyAdmitted, LedgerError
+from queueing.kube.writes import describe_error, each
+from queueing.ledger.errors import is_data_error
+from queueing.ledger.repository import AlreadyAdmitted
+from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.cycle import Admission as CycleAdmission
 from queueing.scheduling.cycle import PendingReason, inactive_cluster_queues, run_cycle
 from queueing.scheduling.dra_placer import DraPlacer
@@ -113,6 +121,25 @@ class AdmissionExecutor(Eviction):
         pw = self._refresh_pending()
         by_key, invalid = pw.objects, pw.invalid
         specs = self._queue_specs()
+        # isolation: a queue object the ledger refused is scheduled as last accepted, and inactive; a
+        # ClusterQueue the model rejects is inactive too (an empty placeholder)
+        refused = {
+            **invalid_cluster_queues(self.cluster_queues.invalid_objects()),
+            **self.quarantine.inactive(self.cluster_queues.list(), self.cohorts.list()),
+        }
+        if refused:  # (rare: the specs are built again without the memo)
+            specs = with_placeholders(
+                queue_specs(
+                    [
+                        *self.flavors.list(),
+                        *self.quarantine.for_cycle(self.cluster_queues.list()),
+                        *self.quarantine.for_cycle(self.cohorts.list()),
+                        *self.local_queues.list(),
+                        *self.namespaces.list(),
+                    ]
+                ),
+                refused,
+            )
         for key, msg in list(invalid.items()):
             await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", msg))
         draining = any(q.stop_policy == "HoldAndDrain" for q in specs.cluster_queues) or any(
@@ -123,7 +150,10 @@ class AdmissionExecutor(Eviction):
             # the same
             self.inactive_cluster_queues = inactive_cluster_queues(
                 ClusterSnapshot(
-                    cluster_queues=specs.cluster_queues, cohorts=specs.cohorts, flavors=specs.flavors
+                    cluster_queues=specs.cluster_queues,
+                    cohorts=specs.cohorts,
+                    flavors=specs.flavors,
+                    inactive=refused,
                 )
             )
             self._pending_metrics({}, by_key)
@@ -143,6 +173,7 @@ class AdmissionExecutor(Eviction):
             namespaces=specs.namespaces,
             local_queue_usage=self.lq_usage,
             cluster_queue_usage=self.cq_usage,
+            inactive=refused,
         )
         placer = self._placer()
         if self.cache.changes != self._memo_changes:
@@ -154,8 +185,23 @@ class AdmissionExecutor(Eviction):
         scheduling = self.config.scheduling()
         if self.verify:
             scheduling = scheduling.model_copy(update={"verify": True})
-        result = run_cycle(snapshot, placer, now, scheduling, memo=self._memo)
+        # isolation: a workload whose evaluation raises is left out (with its reason), the rest go on
+        result, failed = isolate_cycle(
+            lambda some: run_cycle(
+                snapshot
+                if some is None
+                else dataclasses.replace(snapshot, backlog=Backlog(some, released=now)),
+                placer,
+                now,
+                scheduling,
+                memo=self._memo,
+            ),
+            lambda: list(snapshot.backlog or ()),
+            lambda w: w.key,
+        )
         spent = time.perf_counter() - t0
+        for key, why in failed.items():
+            await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", why))
         self.stats.cycles += 1
         if len(pw.backlog):
             self.metrics.admission_attempt("success" if result.admissions else "inadmissible", spent)
@@ -294,8 +340,9 @@ class AdmissionExecutor(Eviction):
         if len(todo) > 1:
             try:
                 await self.ledger.admit_many(reqs, at=now)
-            except LedgerError:
-                pass  # one of them is refused, or already admitted: each on its own below
+            except Exception as e:  # isolation: one of them is refused (its data, or already admitted):
+                if not is_data_error(e):  # each on its own below, the refusal stays with its workload
+                    raise
             else:
                 for wl, adm, a in todo:
                     self._admitted(wl, adm, a, now)
@@ -320,9 +367,13 @@ class AdmissionExecutor(Eviction):
             log.warning("Workload %s was already admitted in the ledger; re-admitting", wl.key)
             await self.ledger.release(uid, at=now, reason="Readmitted", final_state="pending")
             await self.ledger.admit(req, at=now)
-        except LedgerError as e:
-            log.warning("the ledger refused to admit %s: %s", wl.key, e)
-            await self._set_pending(wl, PendingReason(adm.cluster_queue, "Pending", f"ledger: {e}"))
+        except Exception as e:  # isolation: the ledger or the database refusing this workload's data
+            if not is_data_error(e):
+                raise
+            log.warning("the ledger refused to admit %s: %s", wl.key, refusal_message(e))
+            await self._set_pending(
+                wl, PendingReason(adm.cluster_queue, "Pending", f"ledger: {refusal_message(e)}")
+            )
             return
         self._admitted(wl, adm, admission, now)
         await self._write_admission(wl, admission, now)
@@ -370,7 +421,7 @@ class AdmissionExecutor(Eviction):
             )
         except Exception as e:
             # the ledger holds the admission: keep trying (status_todo) without holding up the others
-            log.warning("status of Workload %s not written yet: %s", wl.key, e)
+            log.warning("status of Workload %s not written yet: %s", wl.key, describe_error(e))
             self.stats.errors += 1
             self._retry_later()
             return

@@ -47,6 +47,7 @@ from queueing.cache.reasons import ReasonChanges
 from queueing.cache.workloads import PendingWorkloads
 from queueing.config import Config
 from queueing.controller.evict import Evicting
+from queueing.controller.isolation import LEDGER_REJECTED, OutageLog, Quarantine
 from queueing.controller.kueue_labels import JobSources
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
@@ -306,6 +307,12 @@ class ControllerBase:
         self._started = False
         self.leading = False
         self.synced = asyncio.Event()  # set after every completed sync (tests wait on conditions)
+        # isolation (controller/isolation.py): queue objects the ledger refused; the outage's log
+        self.quarantine = Quarantine(report=lambda o, m: self.events.emit(o, "Warning", LEDGER_REJECTED, m))
+        self.outage = OutageLog()
+        self._invalid_status: dict[str, str] = {}  # ClusterQueue the model rejects -> status written
+        # wedge detection (controller/health.py): when a sync last completed (time.monotonic())
+        self.last_sync_completed: float | None = None
 
     def _workload_delta(self, old: Workload | None, new: Workload | None) -> None:
         """A Workload changed: the indexes by UID and owner, the pending set and its owner Job."""
@@ -403,7 +410,7 @@ class ControllerBase:
 
         self._timer_handles[key] = asyncio.get_running_loop().call_later(min(delay, 3600.0), fire)
 
-    def _retry_later(self) -> None:
+    def _retry_later(self, delay: float | None = None) -> None:
         if self._retry_handle is None or self._retry_handle.cancelled():
             loop = asyncio.get_running_loop()
 
@@ -411,7 +418,7 @@ class ControllerBase:
                 self._retry_handle = None
                 self._wake.set()
 
-            self._retry_handle = loop.call_later(self.retry_backoff, fire)
+            self._retry_handle = loop.call_later(self.retry_backoff if delay is None else delay, fire)
 
     def _context(self) -> ApiContext:
         if self._ctx is not None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 from queueing.api.v1beta1 import (
     EVICTED,
@@ -153,12 +154,20 @@ class Controller(QueueSync):
                     await self.sync()
                 except (asyncio.CancelledError, VerifyError):  # verify mode: a difference is a bug
                     raise
-                except Exception:
+                except Exception as e:
                     self.stats.errors += 1
-                    log.exception("sync failed; retrying")
-                    self._retry_later()
+                    # isolation: an outage is logged on entry and on recovery, not per try
+                    outage = self.outage.failed(e)
+                    self._retry_later(self._outage_backoff() if outage else None)
+                else:
+                    self.outage.succeeded()
+                    self.last_sync_completed = time.monotonic()
             self.stats.synced += 1  # dashboard: a state taken mid-sync is retaken after it
             self.synced.set()
+
+    def _outage_backoff(self) -> float:
+        """During a ledger outage the retries back off, up to 2 s (one line is logged, not one a try)."""
+        return float(min(self.retry_backoff * 2 ** min(self.outage.retries, 6), max(self.retry_backoff, 2.0)))
 
     def _observe(self, wl: Workload) -> ObservedWorkload:
         st = wl.status

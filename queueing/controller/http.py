@@ -7,7 +7,7 @@
   e.g. "informers synced"), else 503 with one line per failing check: ``name: reason``.
 
 A check is a plain or async callable returning ``None`` when fine or a reason text when not; an
-exception counts as failing with its message::
+exception counts as failing, named by its type only (its text may name hosts and ports)::
 
     server = ControllerHTTP(metrics)
     server.add_ready_check("informers", lambda: None if informers_synced() else "caches not synced")
@@ -69,8 +69,8 @@ class ControllerHTTP:
                 result = check()
                 if inspect.isawaitable(result):
                     result = await result
-            except Exception as e:
-                result = f"check failed: {e}"
+            except Exception as e:  # the kind only: an exception's text may name hosts and ports
+                result = f"check failed ({type(e).__name__})"
             if result is not None:
                 out.append(f"{name}: {result}")
         return out

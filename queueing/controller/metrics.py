@@ -183,6 +183,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "leader_election_master_status (controller-runtime)",
     ),
     MetricSpec(
+        "scheduling_stall_seconds",
+        "gauge",
+        (),
+        "Seconds since the leader last completed a sync (a scheduling cycle) while work is pending (Workloads "
+        "neither admitted nor finished). 0 when nothing waits or on a standby.",
+        None,
+    ),
+    MetricSpec(
+        "scheduling_stalled",
+        "gauge",
+        (),
+        "1 while `scheduling_stall_seconds` is over `health.schedulingStallTimeout` (the controller is "
+        "wedged: `/readyz` fails too), else 0.",
+        None,
+    ),
+    MetricSpec(
         "periodic_job_runs_total",
         "counter",
         ("job", "result"),
@@ -327,6 +343,16 @@ class ControllerMetrics:
 
     def periodic_job_run(self, job: str, ok: bool) -> None:
         self._counter("periodic_job_runs_total", job, "success" if ok else "error").inc()
+
+    def set_stall(self, seconds: float, stalled: bool) -> None:
+        """How long work has waited for a completed sync (see controller/health.py)."""
+        for name, value in (
+            ("scheduling_stall_seconds", seconds),
+            ("scheduling_stalled", 1 if stalled else 0),
+        ):
+            m = self._m[name]
+            assert isinstance(m, Gauge)
+            m.set(value)
 
 
 @dataclass

@@ -36,6 +36,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from queueing.config import Config
 from queueing.controller.metrics import ControllerMetrics
+from queueing.ledger.errors import is_outage, short_reason
 from queueing.ledger.jobs import JOB_ID as COMPACTION_JOB_ID
 from queueing.ledger.jobs import register_compaction
 from queueing.ledger.repository import Ledger
@@ -72,6 +73,7 @@ JobFunc = Callable[[], Awaitable[Any] | Any]
 class JobStats:
     runs: int = 0  # finished runs, successful or not
     errors: int = 0
+    errors_in_a_row: int = 0
     last_error: str | None = None
     last_finished: datetime | None = None
     running: bool = False
@@ -180,7 +182,15 @@ class PeriodicJobs:
                         ok = False
                         st.errors += 1
                         st.last_error = f"{type(e).__name__}: {e}"
-                        log.exception("periodic job %s failed", job_id)
+                        if not is_outage(e):
+                            log.exception("periodic job %s failed", job_id)
+                        elif st.errors_in_a_row == 0:  # a ledger outage: one line, not one a run
+                            log.warning("periodic job %s: ledger unreachable (%s)", job_id, short_reason(e))
+                    if ok and st.errors_in_a_row:
+                        log.info(
+                            "periodic job %s succeeded again after %d failures", job_id, st.errors_in_a_row
+                        )
+                    st.errors_in_a_row = 0 if ok else st.errors_in_a_row + 1
                     st.runs += 1
                     st.last_finished = datetime.now(UTC)
                     if self.metrics is not None:

@@ -11,8 +11,10 @@ Only the holder of the Lease admits and evicts: on acquiring it the replica reco
 the ledger (``Ledger.begin_leader_term``), rebuilds its record from the ledger and the Workloads and
 starts the sync loop; on losing it (or on shutdown) it stops the loop — after the step in progress —
 and ends the term. A standby keeps its informers warm and its ``/readyz`` green once they synced.
-``/readyz`` also reports a PostgreSQL ledger that does not answer (``ledger: database unreachable: ...``);
-``/healthz`` does not (a restart would not bring the database back: the loop retries meanwhile).
+``/readyz`` also reports a PostgreSQL ledger that does not answer (``ledger: database unreachable
+(OSError)``: the kind of error, never its text) and a wedge (``scheduling: no scheduling cycle completed
+for 130s while 4 workload(s) wait``, see ``controller/health.py``); ``/healthz`` reports neither (a
+restart would not bring the database back: the loop retries meanwhile), only a dead sync loop.
 ``Controller.may_act`` is the elector's ``is_leader`` (the last renewal is younger than the renew
 deadline), so a leader that cannot renew stops writing before another replica can take over.
 """
@@ -26,11 +28,12 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from queueing.config import Config
 from queueing.controller.controller import Controller
+from queueing.controller.health import StallWatch
 from queueing.controller.http import ControllerHTTP
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.periodic import INADMISSIBLE_RECHECK, PeriodicJobs
@@ -39,11 +42,14 @@ from queueing.dashboard import ControllerSource, DashboardServer  # dashboard
 from queueing.kube.client import KubeClient
 from queueing.kube.leader import Clock, LeaderElectionSettings, LeaderElector
 from queueing.ledger.engine import is_postgres
+from queueing.ledger.errors import is_outage, short_reason
 from queueing.ledger.repository import Ledger
 
 __all__ = ["ControllerProcess", "default_identity"]
 
 log = logging.getLogger("queueing.controller.process")
+
+T = TypeVar("T")
 
 LEDGER_PROBE_TIMEOUT = 1.5  # seconds; under the readiness probe's timeoutSeconds (2) in deploy/
 
@@ -75,8 +81,16 @@ class ControllerProcess:
             kube, ledger, config, clock=clock, metrics=self.metrics, **controller_kwargs
         )
         self.http = ControllerHTTP(self.metrics) if serve_http else None
+        self.stall = StallWatch(
+            self.controller,
+            self.metrics,
+            config.health.scheduling_stall_timeout,
+            leading=lambda: self._leading,  # elected, even while its loop cannot start yet
+        )
         if self.http is not None:
             self.http.add_ready_check("informers", self._informers_check)
+            self.http.add_ready_check("scheduling", self.stall.ready_check)
+            self.http.add_health_check("sync-loop", self.stall.health_check)
             # SQLite is a file in this process (and its BEGIN IMMEDIATE would contend with writers)
             if is_postgres(ledger.engine):
                 self.http.add_ready_check("ledger", self._ledger_check)
@@ -119,9 +133,8 @@ class ControllerProcess:
         try:
             async with asyncio.timeout(LEDGER_PROBE_TIMEOUT), self.ledger.engine.connect() as c:
                 await c.exec_driver_sql("SELECT 1")
-        except Exception as e:
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else "no answer"
-            return f"database unreachable: {type(e).__name__}: {reason}"
+        except Exception as e:  # the kind of error only: its text names hosts and ports
+            return f"database unreachable ({short_reason(e)})"
         return None
 
     # ------------------------------------------------------------------ lifecycle
@@ -140,6 +153,7 @@ class ControllerProcess:
             await self.dashboard.start(self.config.dashboard.bind_address)
         self.controller.slices.add_handler(self._on_slices)
         await self.controller.start(timeout, lead=False)
+        self.stall.start()
         if self.jobs is not None:
             c = self.controller
             self.jobs.add_usage_sampling(c.sample_usage)
@@ -171,14 +185,39 @@ class ControllerProcess:
 
     async def _started_leading(self) -> None:
         assert self.run_id is not None
-        self.term = await self.ledger.begin_leader_term(self.run_id, lease=self.lease, at=self.clock())
+        run_id = self.run_id
+        # isolation: the term and the recovery need the ledger; while it is away they are retried (one
+        # line logged), so the Lease's holder does not sit idle (this task is cancelled if it loses it)
+        self.term = await self._while_ledger_away(
+            "start its leader term",
+            lambda: self.ledger.begin_leader_term(run_id, lease=self.lease, at=self.clock()),
+        )
         self.terms.append(self.term)
         log.info("%s leads %s (term %d)", self.identity, self.lease, self.term)
         self._leading = True
-        await self.controller.begin_leading()
+        await self._while_ledger_away("recover from the ledger", self.controller.begin_leading)
         self.metrics.set_leader(self.lease, True)
         if self.jobs is not None:
             self.jobs.set_leader(True)
+
+    async def _while_ledger_away(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``await call()``, retried with backoff (up to 2 s) while the ledger is unreachable."""
+        delay, since = 0.2, None
+        while True:
+            try:
+                result = await call()
+            except Exception as e:
+                if not is_outage(e):
+                    raise
+                if since is None:
+                    since = time.monotonic()
+                    log.warning("ledger unreachable (%s): cannot %s yet; retrying", short_reason(e), what)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if since is not None:
+                log.warning("ledger reachable again after %.1fs: %s done", time.monotonic() - since, what)
+            return result
 
     async def _stopped_leading(self) -> None:
         was = self._leading
@@ -219,6 +258,7 @@ class ControllerProcess:
         await self._close(stop_run=False)
 
     async def _close(self, stop_run: bool = True) -> None:
+        await self.stall.stop()
         if self.jobs is not None:
             await self.jobs.shutdown(timeout=10.0)
         await self.controller.stop()

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import time
 
 from queueing.api.v1beta1 import (
@@ -16,12 +18,14 @@ from queueing.controller.admission import AdmissionExecutor
 from queueing.controller.base import (
     _status_dict,
 )
+from queueing.controller.isolation import invalid_cluster_queues, invalid_status, refusal_message
 from queueing.controller.queues import queue_statuses
 from queueing.kube.client import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
 )
-from queueing.kube.writes import each
+from queueing.kube.writes import each, is_not_found
+from queueing.ledger.errors import is_data_error
 from queueing.ledger.quota import quota_specs
 from queueing.ledger.state import ClusterQueueSpec as LedgerClusterQueue
 from queueing.ledger.state import CohortSpec as LedgerCohort
@@ -31,6 +35,8 @@ from queueing.scheduling.from_api import (
     queue_specs,
 )
 from queueing.scheduling.quota import cohort_cycles
+
+log = logging.getLogger("queueing.controller")
 
 
 class QueueSync(AdmissionExecutor):
@@ -68,13 +74,21 @@ class QueueSync(AdmissionExecutor):
                 ),
             )
             if self._ledger_cqs.get(cq.name) != spec:
-                await self.ledger.upsert_cluster_queue(spec, at=now)
+                # isolation: data the ledger refuses stays with this ClusterQueue (inactive)
+                write = functools.partial(self.ledger.upsert_cluster_queue, spec, at=now)
+                await self.quarantine.store(cq, write)
                 self._ledger_cqs[cq.name] = spec
+        self.quarantine.forget_missing("ClusterQueue", (cq.name for cq in self.cluster_queues.list()))
         for lq in self.local_queues.list():
             lspec = LedgerLocalQueue(lq.namespace or "default", lq.name, lq.spec.cluster_queue)
             key = (lspec.namespace, lspec.name)
             if self._ledger_lqs.get(key) != lspec:
-                await self.ledger.upsert_local_queue(lspec, at=now)
+                try:
+                    await self.ledger.upsert_local_queue(lspec, at=now)
+                except Exception as e:  # isolation: its Jobs then wait with the ledger's refusal
+                    if not is_data_error(e):
+                        raise
+                    log.warning("the ledger cannot store LocalQueue %s: %s", lq.key, refusal_message(e))
                 self._ledger_lqs[key] = lspec
 
     async def _sync_ledger_cohorts(self, now: float) -> None:
@@ -89,9 +103,13 @@ class QueueSync(AdmissionExecutor):
             self._ledger_cohorts = await self.ledger.cohorts()
         for name in self._ledger_cohorts.keys() - want.keys():
             want[name] = LedgerCohort(name)
+        self.quarantine.forget_missing("Cohort", (c.name for c in self.cohorts.list()))
         for name, spec in sorted(want.items()):
             if self._ledger_cohorts.get(name) != spec:
-                await self.ledger.upsert_cohort(spec, at=now)
+                obj = self.cohorts.get(name)
+                write = functools.partial(self.ledger.upsert_cohort, spec, at=now)
+                # isolation: data the ledger refuses stays with this Cohort (its ClusterQueues inactive)
+                await (write() if obj is None else self.quarantine.store(obj, write))
                 self._ledger_cohorts[name] = spec
 
     async def _queue_status(self) -> None:
@@ -120,6 +138,25 @@ class QueueSync(AdmissionExecutor):
             self.inactive_cluster_queues,
             self.clock(),
         )
+
+        # isolation: a ClusterQueue the model rejects says so in its status (once per message)
+        invalid_cqs = invalid_cluster_queues(self.cluster_queues.invalid_objects())
+        for name in self._invalid_status.keys() - invalid_cqs.keys():
+            del self._invalid_status[name]
+        for name, why in invalid_cqs.items():
+            if self._invalid_status.get(name) != why:
+                try:
+                    await self._patch(
+                        CLUSTER_QUEUES,
+                        name,
+                        {"status": invalid_status(why, self.clock())},
+                        subresource="status",
+                        what=f"status of ClusterQueue {name}",
+                    )
+                except Exception as e:
+                    if not is_not_found(e):
+                        raise
+                self._invalid_status[name] = why
 
         # the writes side by side (one queue's status never waits for another's)
         async def write_cq(cq: ClusterQueue) -> None:

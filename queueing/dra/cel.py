@@ -629,7 +629,10 @@ class CompiledSelector:
         return act
 
     def matches(self, device: DeviceInput) -> bool:
-        result = self._program.eval(self._activation(device))
+        try:
+            result = self._program.eval(self._activation(device))
+        except RuntimeError as e:  # the engine's own limits (iteration budget, recursion depth)
+            raise CELRuntimeError(self.expression, f"evaluation failed: {_runtime_message(str(e))}") from None
         value = result.value()
         if value is True or value is False:
             return bool(value)

@@ -27,6 +27,7 @@ __all__ = [
     "JOBS",
     "LEASES",
     "LOCAL_QUEUES",
+    "MAX_WATCH_LINE",
     "NAMESPACES",
     "NODES",
     "PATCH_CONTENT_TYPES",
@@ -42,6 +43,7 @@ __all__ = [
     "ApiException",
     "KubeClient",
     "Resource",
+    "allow_long_lines",
     "api_client_for_url",
     "load_api_client",
     "queueing_resource",
@@ -136,6 +138,28 @@ def api_client_for_url(url: str, token: str | None = None) -> k8s.ApiClient:
         configuration.api_key = {"BearerToken": token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
     return k8s.ApiClient(configuration)
+
+
+# The longest line a watch stream may carry: one event, the whole object as JSON. kube-apiserver takes
+# request bodies up to 3 MiB (etcd stores 1.5 MiB by default), and its JSON of an object can be longer
+# than the body that made it (it escapes <, > and & as \u003c: up to 6 bytes for one); 64 MiB covers
+# 3 MiB x 6 with room. aiohttp's default (twice its read buffer, 4 MiB with kubernetes-asyncio's) fails
+# the whole watch with LineTooLong on one large object, and every other object of that kind waits.
+MAX_WATCH_LINE = 64 * 2**20
+
+
+def allow_long_lines(resp: Any, limit: int = MAX_WATCH_LINE) -> Any:
+    """Let ``resp`` (an aiohttp response, e.g. a watch's) be read line by line up to ``limit`` bytes a
+    line. Returns ``resp``."""
+    content = getattr(resp, "content", None)
+    if content is None:
+        return resp
+    setter = getattr(content, "set_read_chunk_size", None)
+    if setter is not None:
+        setter(limit // 2)  # the line limit is twice the chunk size
+    elif hasattr(content, "_high_water"):  # older aiohttp: the same limit, without a setter
+        content._high_water = max(content._high_water, limit)
+    return resp
 
 
 def _query(params: dict[str, Any]) -> list[tuple[str, str]]:

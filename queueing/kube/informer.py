@@ -41,7 +41,8 @@ from kubernetes_asyncio.watch import Watch
 from pydantic import ValidationError
 
 from queueing.api.base import KubeObject, format_validation_error
-from queueing.kube.client import KubeClient, Resource
+from queueing.kube.client import KubeClient, Resource, allow_long_lines
+from queueing.kube.writes import describe_error
 
 __all__ = ["Handler", "Informer", "InformerStats"]
 
@@ -278,12 +279,13 @@ class Informer(Generic[T]):
             "labelSelector": self.label_selector,
             "fieldSelector": self.field_selector,
         }
-        return await self.client.raw(
+        resp = await self.client.raw(
             "GET",
             self.resource.path(self.namespace),
             query,
             timeout=self.watch_timeout + self.request_timeout,
         )
+        return allow_long_lines(resp)  # one event is one line: any object the API server allows
 
     async def _apply(self, event: dict[str, Any]) -> None:
         etype = event.get("type")
@@ -365,7 +367,7 @@ class Informer(Generic[T]):
                     continue
                 log.warning("informer %s: API error %s %s", self.resource.plural, e.status, e.reason)
             except Exception as e:  # connection lost, client timeout, malformed stream ...
-                log.warning("informer %s: %s: %s", self.resource.plural, type(e).__name__, e)
+                log.warning("informer %s: %s", self.resource.plural, describe_error(e))
             self.stats.errors += 1
             failures += 1
             if failures >= self.relist_after_errors:

@@ -19,7 +19,15 @@ import aiohttp
 
 from queueing.kube.client import ApiException
 
-__all__ = ["RETRYABLE_STATUS", "api_reason", "each", "is_already_exists", "is_not_found", "retrying"]
+__all__ = [
+    "RETRYABLE_STATUS",
+    "api_reason",
+    "describe_error",
+    "each",
+    "is_already_exists",
+    "is_not_found",
+    "retrying",
+]
 
 log = logging.getLogger("queueing.kube.writes")
 
@@ -35,6 +43,15 @@ def api_reason(e: ApiException) -> str:
     except (TypeError, ValueError):
         return str(e.reason or "")
     return str(body.get("reason") or e.reason or "") if isinstance(body, dict) else str(e.reason or "")
+
+
+def describe_error(e: BaseException) -> str:
+    """An error in one line: an API error as ``409 AlreadyExists`` (kubernetes-asyncio's ``str()`` is a
+    multi-line dump of the HTTP response), anything else as ``Type: first line``."""
+    if isinstance(e, ApiException):
+        return f"{e.status} {api_reason(e) or e.reason or ''}".strip()
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
 def is_already_exists(e: BaseException) -> bool:

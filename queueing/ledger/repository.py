@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from queueing.api.quantity import Quantity
 from queueing.ledger import models as m
 from queueing.ledger.engine import create_engine
+from queueing.ledger.errors import amount_error
 from queueing.ledger.quota import QuotaCheck, tree_lock_names, trees_of
 from queueing.ledger.state import (
     ActiveAdmission,
@@ -78,6 +79,11 @@ class NotAdmitted(LedgerError):
 
 class QuotaExceeded(LedgerError):
     pass
+
+
+class InvalidSpec(LedgerError, ValueError):
+    """An object's values cannot be stored (``str(e)`` names the object and the field): refused before
+    any write, the same on PostgreSQL and SQLite."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,8 @@ class Ledger:
         """Record a ClusterQueue's spec; returns its quota version (new version only when it changed)."""
         at_ms = _ms(at)
         _check_unique_quotas("ClusterQueue", spec.name, spec.quotas)
+        if (why := amount_error(spec.fair_sharing_weight)) is not None:
+            raise InvalidSpec(f"ClusterQueue {spec.name}: fairSharing.weight: {why}")
         async with self.engine.begin() as c:
             if spec.cohort:
                 await self._ensure_cohort(c, spec.cohort, at_ms)
@@ -410,6 +418,8 @@ class Ledger:
         throughput: a constant number of statements per batch). Returns the admission ids."""
         if not reqs:
             return []
+        for req in reqs:
+            _check_request_amounts(req)
         at_ms = _ms(at)
         try:
             async with self.engine.begin() as c:
@@ -1163,9 +1173,32 @@ def _quota_of_row(row: Any) -> QuotaSpec:
 
 
 def _check_unique_quotas(kind: str, name: str, quotas: Iterable[QuotaSpec]) -> None:
+    quotas = tuple(quotas)
     keys = [(q.flavor, q.resource) for q in quotas]
     if len(set(keys)) != len(keys):
         raise LedgerError(f"{kind} {name}: a (flavor, resource) appears twice in its quotas")
+    for q in quotas:
+        for field_name, value in (
+            ("nominalQuota", q.nominal),
+            ("borrowingLimit", q.borrowing_limit),
+            ("lendingLimit", q.lending_limit),
+        ):
+            why = amount_error(value) if value is not None else None
+            if why is not None:
+                raise InvalidSpec(
+                    f"{kind} {name}: flavor {q.flavor}, resource {q.resource}: {field_name}: {why}"
+                )
+
+
+def _check_request_amounts(req: AdmissionRequest) -> None:
+    """Every amount of an admission fits the ledger's column (else InvalidSpec naming it, nothing written)."""
+    for ch in req.charges:
+        if (why := amount_error(ch.amount)) is not None:
+            raise InvalidSpec(f"workload {req.workload_uid}: charge {ch.flavor}/{ch.resource}: {why}")
+    for pod in req.pods:
+        for d in pod.devices:
+            if d.memory is not None and (why := amount_error(d.memory)) is not None:
+                raise InvalidSpec(f"workload {req.workload_uid}: device {d.device} memory: {why}")
 
 
 def _normalized_cohort(spec: CohortSpec) -> CohortSpec:

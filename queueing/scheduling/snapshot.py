@@ -360,3 +360,6 @@ class ClusterSnapshot:
     # pending workloads whose preemption was planned in an earlier cycle (their last reason is
     # Preempting): tried first, before anyone else can take what their victims free
     nominated: frozenset[str] = frozenset()
+    # ClusterQueues the shell cannot use (e.g. the ledger refused their spec) -> why: inactive, as a
+    # stopped queue is (the reason comes first, e.g. ``LedgerRejected: ...``)
+    inactive: Mapping[str, str] = field(default_factory=dict)

@@ -124,6 +124,10 @@ BUILTINS: list[ResourceType] = [
         "policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True, ("pdb",), (), True,
         printer_columns=[_col("Min Available", ".spec.minAvailable"), _col("Max Unavailable", ".spec.maxUnavailable"), _AGE],
     ),
+    ResourceType(
+        "networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", True, ("netpol",), (),
+        printer_columns=[_col("Pod-Selector", ".spec.podSelector"), _AGE],
+    ),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True, printer_columns=[_AGE]),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True,
                  printer_columns=[_col("Role", ".roleRef.name"), _AGE]),

@@ -181,7 +181,7 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"list", "watch"},
     ("", "namespaces"): {"list", "watch"},
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
-    ("", "events"): {"create"},
+    ("", "events"): {"create", "get", "patch"},
 }
 
 

@@ -95,7 +95,9 @@ def test_pyproject_lists_every_package() -> None:
         if "__pycache__" not in p.parts
     }
     mapped = {"queueing.ledger._migrations", "queueing.ledger._migrations.versions"}
-    assert set(setuptools["packages"]) == folders | mapped, (
+    testing = {f for f in folders if f == "queueing.testing" or f.startswith("queueing.testing.")}
+    assert testing  # the testing support stays out of the wheel (the emulator, the crash switch)
+    assert set(setuptools["packages"]) == (folders - testing) | mapped, (
         "add the new package to [tool.setuptools] packages"
     )
     assert setuptools["package-dir"] == {"queueing.ledger._migrations": "migrations"}
@@ -114,10 +116,12 @@ def test_the_wheel_carries_every_module_and_every_migration(installed: Installed
     modules = {
         p.relative_to(REPO).as_posix()
         for p in (REPO / "queueing").rglob("*.py")
-        if "__pycache__" not in p.parts
+        if "__pycache__" not in p.parts and "testing" not in p.relative_to(REPO).parts
     }
     expected = migrations | modules | {"queueing/py.typed"}
     assert expected <= names, f"missing from {installed.wheel.name}: {sorted(expected - names)}"
+    # production carries neither the emulator nor the crash switch (queueing/testing/)
+    assert not [n for n in names if n.startswith("queueing/testing/")]
     # one source: nothing of the migrations outside the package, no copy under another name
     assert not [n for n in names if n.startswith("migrations/") or "/ledger/migrations/" in n]
 
@@ -134,6 +138,20 @@ def test_the_installed_copy_finds_its_migrations_without_the_checkout(
     module, migrations = (Path(line) for line in where.stdout.splitlines())
     assert module.is_relative_to(installed.site_packages), module  # the installed copy, not the checkout
     assert migrations == installed.site_packages / "queueing" / "ledger" / "_migrations"
+
+
+def test_the_installed_copy_has_no_testing_support_and_no_crash_switch(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """Production carries neither the emulator nor the crash switch: ``queueing.testing`` is not there,
+    and a fault point with ``QUEUEING_CRASH_AT`` set does nothing."""
+    code = (
+        "import importlib.util as u, queueing.faults as f; f.fault_point('admission.after_ledger'); "
+        "print(u.find_spec('queueing.testing') is None)"
+    )
+    env = {**clean_env(), "QUEUEING_CRASH_AT": "admission.after_ledger"}
+    ran = _run([str(installed.venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env)
+    assert (ran.returncode, ran.stdout) == (0, "True\n"), ran.stderr
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -49,14 +49,16 @@ Estimates = dict[str, tuple[ClusterQueueSpec, tuple[FlavorSpec, ...], dict[Flavo
 
 
 def inactive_cluster_queues(snapshot: ClusterSnapshot, tree: QuotaTree | None = None) -> dict[str, str]:
-    """ClusterQueue name -> why it is inactive (on a cohort cycle, stopped, a flavor missing); only
-    the queue objects of the snapshot matter."""
+    """ClusterQueue name -> why it is inactive (set inactive by the caller, on a cohort cycle, stopped,
+    a flavor missing); only the queue objects of the snapshot matter."""
     if tree is None:
         tree = QuotaTree(snapshot.cluster_queues, snapshot.cohorts)
     flavors = {f.name for f in snapshot.flavors}
     out: dict[str, str] = {}
     for cq in snapshot.cluster_queues:
-        if cq.name in tree.disabled:
+        if cq.name in snapshot.inactive:
+            out[cq.name] = snapshot.inactive[cq.name]
+        elif cq.name in tree.disabled:
             out[cq.name] = "CohortCycle: " + tree.disabled[cq.name]
         elif cq.stop_policy != "None":
             out[cq.name] = f"Stopped: stopPolicy is {cq.stop_policy}"
