@@ -7,7 +7,8 @@ exit 2. The cases are generated from the valid base scenario (tests/reliability/
 by families: wrong types, huge and negative numbers, non-DNS names, oversize lists, attributes with two
 value types or none, bad versions, deep nesting (YAML and JSON, 5,000 levels), expensive and broken CEL,
 quantities too large for the ledger, bad Job names, parallelism and durations. Each case runs in process
-through ``queueing.cli.main``; a few also run through the real ``queueing`` console script.
+through ``queueing.cli.main``; a few also run through the real ``queueing`` console script. "Under 10 s"
+is CPU time (the machine is shared: wall-clock would measure the neighbours).
 
 ``python -m tests.reliability.test_cli_fuzz`` prints the counts per family (docs/reliability.md).
 """
@@ -18,6 +19,7 @@ import contextlib
 import copy
 import io
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -533,14 +535,16 @@ def _input(case: Case, command: str) -> str:
 
 
 def run_in_process(args: list[str]) -> tuple[int, str, float]:
+    """Exit code, stderr and the CPU seconds the command used (not wall-clock: the machine is shared,
+    and a CPU limit is what "never takes more than 10 s" means for an input)."""
     err = io.StringIO()
-    t0 = time.monotonic()
+    t0 = time.process_time()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
             rc = main(args)
         except SystemExit as e:  # argparse
             rc = int(e.code or 0)
-    return rc, err.getvalue(), time.monotonic() - t0
+    return rc, err.getvalue(), time.process_time() - t0
 
 
 def check(case: Case, rc: int, err: str, seconds: float, text: str) -> None:
@@ -555,7 +559,7 @@ def check(case: Case, rc: int, err: str, seconds: float, text: str) -> None:
     if case.kind != "<file>":
         assert f"{case.kind} " in line, f"{where}: the line does not name the {case.kind}: {line}"
     assert case.field in line, f"{where}: the line does not name the field {case.field!r}: {line}"
-    assert seconds < SECONDS, f"{where}: took {seconds:.1f} s"
+    assert seconds < SECONDS, f"{where}: took {seconds:.1f} s of CPU"
 
 
 RUNS = [(c, cmd) for c in CASES for cmd in c.commands]
@@ -576,18 +580,12 @@ def test_the_base_is_valid(tmp_path: Path) -> None:
         assert rc == 0, err
 
 
-def test_every_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
-    failures = []
-    for i, (case, cmd) in enumerate(RUNS):
-        text = _input(case, cmd)
-        f = tmp_path / f"{i}.yaml"
-        f.write_text(text)
-        rc, err, seconds = run_in_process([cmd, "-f", str(f)])
-        try:
-            check(case, rc, err, seconds, text)
-        except AssertionError as e:
-            failures.append(f"[{cmd}] {e}")
+def test_every_bad_input_exits_2_with_one_line() -> None:
+    """The function behind ``python -m tests.reliability.test_cli_fuzz`` (the counts in the docs)."""
+    result = summary()
+    failures = result["failures"]
     assert not failures, f"{len(failures)} of {len(RUNS)} failed:\n" + "\n\n".join(failures[:15])
+    assert result["slowest"][0] < SECONDS
 
 
 QUEUEING = shutil.which("queueing", path=str(Path(sys.executable).parent))
@@ -614,18 +612,21 @@ def test_the_console_script_gives_the_same_one_line(tmp_path: Path) -> None:
         text = _input(case, cmd)
         f = tmp_path / f"{i}.yaml"
         f.write_text(text)
-        t0 = time.monotonic()
-        p = subprocess.run([QUEUEING, cmd, "-f", str(f)], capture_output=True, text=True, timeout=120)
-        check(case, p.returncode, p.stderr, time.monotonic() - t0, text)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        p = subprocess.run([QUEUEING, cmd, "-f", str(f)], capture_output=True, text=True, timeout=300)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        check(case, p.returncode, p.stderr, cpu, text)
         assert p.stdout == ""
 
 
 def summary() -> dict[str, Any]:
-    """Run every case; counts per family and command, and the slowest case."""
+    """Run every case: counts per family and command (right / all), the failures, the slowest case."""
     import tempfile
 
     counts: Counter[tuple[str, str]] = Counter()
     ok: Counter[tuple[str, str]] = Counter()
+    failures: list[str] = []
     slowest = (0.0, "")
     with tempfile.TemporaryDirectory() as tmp:
         for i, (case, cmd) in enumerate(RUNS):
@@ -637,15 +638,19 @@ def summary() -> dict[str, Any]:
             try:
                 check(case, rc, err, seconds, text)
                 ok[(case.family, cmd)] += 1
-            except AssertionError:
-                pass
+            except AssertionError as e:
+                failures.append(f"[{cmd}] {e}")
             slowest = max(slowest, (seconds, f"{cmd} {case.family}/{case.name}"))
     return {
         "runs": len(RUNS),
-        "families": {f"{fam} ({cmd})": [ok[(fam, cmd)], n] for (fam, cmd), n in sorted(counts.items())},
-        "slowest": slowest,
+        "right": sum(ok.values()),
+        "families": {f"{fam} ({cmd})": f"{ok[(fam, cmd)]}/{n}" for (fam, cmd), n in sorted(counts.items())},
+        "slowest": [round(slowest[0], 2), slowest[1]],
+        "failures": failures,
     }
 
 
 if __name__ == "__main__":
-    print(json.dumps(summary(), indent=1))
+    out = summary()
+    out["failures"] = out["failures"][:5]
+    print(json.dumps(out, indent=1))
