@@ -4,12 +4,19 @@ selectors refuses nested comprehensions over large lists before any device is se
 
 from __future__ import annotations
 
+import copy
+import json
+from pathlib import Path
+
 import pytest
+import yaml
 
 from queueing.api.registry import parse_object
+from queueing.cli import main
 from queueing.dra.cel import CELCostError, CELRuntimeError, DeviceInput, compile_selector
 from queueing.dra.cel_cost import SELECTOR_MAX_COST, check_selector_cost, estimated_cost, selector_problems
 
+SCENARIO = Path(__file__).resolve().parents[1] / "reliability" / "data" / "small-scenario.yaml"
 L300 = "[" + ",".join(str(i) for i in range(300)) + "]"
 NESTED3 = f"{L300}.all(x, {L300}.all(y, {L300}.all(z, x + y + z >= 0)))"
 DEVICE = DeviceInput.from_qualified("gpu.example.com", {"index": 0}, {})
@@ -85,3 +92,40 @@ def test_selector_problems_name_the_field() -> None:
     (p,) = selector_problems(claim)
     assert p.path == "spec.devices.requests[1].firstAvailable[0].selectors[0].cel.expression"
     assert p.message.startswith("CEL compile error: compilation failed: estimated cost ")
+
+
+L100 = "[" + ",".join(str(i) for i in range(100)) + "]"
+NESTED2 = (
+    f"{L100}.all(x, {L100}.all(y, x + y >= 0))"  # under the API server's estimate, over the runtime budget
+)
+
+
+def test_a_selector_over_the_runtime_budget_is_a_pending_reason_and_others_are_admitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scheduling cycle (here through ``queueing simulate``, the controller's cycle) turns the budget
+    error into the workload's reason: the Job of the other class is admitted in the same run."""
+    assert estimated_cost(compile_selector(NESTED2)) <= SELECTOR_MAX_COST
+    docs = [d for d in yaml.safe_load_all(SCENARIO.read_text()) if d]
+    costly = copy.deepcopy(next(d for d in docs if d["kind"] == "DeviceClass"))
+    costly["metadata"]["name"] = "costly.example.com"
+    costly["spec"]["selectors"] = [{"cel": {"expression": NESTED2}}]
+    cq = next(d for d in docs if d["kind"] == "ClusterQueue")
+    group = cq["spec"]["resourceGroups"][0]
+    group["coveredResources"].append("costly.example.com")
+    group["flavors"][0]["resources"].append({"name": "costly.example.com", "nominalQuota": 4})
+    tmpl = copy.deepcopy(next(d for d in docs if d["kind"] == "ResourceClaimTemplate"))
+    tmpl["metadata"]["name"] = "costly"
+    tmpl["spec"]["spec"]["devices"]["requests"][0]["exactly"] = {"deviceClassName": "costly.example.com"}
+    job = copy.deepcopy(next(d for d in docs if d["kind"] == "Job"))
+    job["metadata"]["name"] = "j-costly"
+    job["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "costly"
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump_all([*docs, costly, tmpl, job], sort_keys=False))
+    assert main(["simulate", "-f", str(f), "-o", "json"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    admitted = {e["job"] for e in events if e["event"] == "Admitted"}
+    reasons = [e["reason"] for e in events if e["event"] == "Inadmissible" and e["job"] == "default/j-costly"]
+    assert "default/j1" in admitted and "default/j-costly" not in admitted
+    assert reasons and "DeviceClass costly.example.com: spec.selectors[0].cel.expression" in reasons[0]
+    assert "cost limit exceeded (Iteration budget exceeded)" in reasons[0]
