@@ -33,7 +33,7 @@ __all__ = [
 
 class FieldError(ValueError):
     """A rule on a field broke; ``path`` is relative to the model that raised it (camelCase).
-    ``registry.format_errors`` joins it to the location pydantic reports."""
+    :func:`format_errors` joins it to the location pydantic reports."""
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
