@@ -263,3 +263,19 @@ def test_a_rule_the_api_server_cannot_compile_is_reported() -> None:
     schema = {"type": "object", "x-kubernetes-validations": [{"rule": "quantity('1').sign() >= 0"}]}
     (err,) = crd_rules.compile_errors(schema)
     assert err.startswith("<root>.x-kubernetes-validations[0].rule: ") and "sign" in err
+
+
+@pytest.mark.parametrize(
+    "text", ["१०m", "٣s", "99999999999999999h", "2562048h", float("nan"), float("inf"), 1e19]
+)
+def test_durations_are_parsed_strictly(text: Any) -> None:
+    from queueing.scheduling.config import parse_duration
+
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_the_longest_duration_is_gos() -> None:
+    from queueing.scheduling.config import MAX_DURATION_SECONDS, parse_duration
+
+    assert parse_duration("2562047h") == 2562047 * 3600 <= MAX_DURATION_SECONDS
