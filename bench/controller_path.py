@@ -39,7 +39,7 @@ from queueing.api.base import KubeObject
 from queueing.api.core import Job, Pod
 from queueing.api.registry import parse_object
 from queueing.cache import ClusterCache, light_pod
-from queueing.scheduling.cycle import run_cycle
+from queueing.scheduling.cycle import CycleMemo, run_cycle
 from queueing.scheduling.dra_placer import DraPlacer, DraState
 from queueing.scheduling.from_api import ApiContext, queue_specs, workload_info
 from queueing.scheduling.jobs import workload_for_job
@@ -186,24 +186,37 @@ def run(nodes: int, decisions: int, old: int, seed: int) -> None:
         print(f"  old    p50 {ms(old_t, 0.5):8.3f} ms   (a new DraPlacer per decision, n={len(old_t)})")
 
 
-def large_cycle(pending: int) -> None:
+def large_cycle(pending: int, cycles: int = 5) -> None:
     """One controller cycle on ``bench/admission.py``'s large shape (2,500 nodes × 8 GPUs, 1,000
     ClusterQueues), ``pending`` workloads waiting, each its own Job (one fit signature per Job as the
     API server makes them, since 26ec813 by placement fields only): the cycle reads the kept cache's
     placer and a snapshot built afresh, as the controller does on every sync. The first cycle also
     evaluates CEL on every device (a controller does that once, when slices arrive); the next ones
-    are the steady state."""
+    are the steady state, timed ``cycles`` times in each of three ways:
+
+    * ``as called``: a new ``CycleMemo`` per cycle and the garbage collector as it is, with the
+      objects built before (scenario, cache, and what the first cycle left in the cache's placer)
+      frozen (``gc.freeze``, as ``admission.long_lived`` leaves them);
+    * ``memo``: one ``CycleMemo`` kept from cycle to cycle (what the simulator does);
+    * ``memo, no gc``: also without automatic collection during the cycle (the simulator's policy:
+      collected explicitly between cycles, the time of that collection printed apart).
+
+    Wall and CPU seconds per cycle (median of ``cycles``); CPU is what the cycle costs, wall adds
+    whatever else ran on the cores."""
+    import gc
+
     import admission
 
     sc = admission.build("large")
     infos = tuple(j.info for j in sc.jobs[:pending])
     q = sc.queues
     cache = ClusterCache()
-    t_build, _ = timed(
-        lambda: (cache.add_all([*sc.nodes, *sc.slices, *sc.classes, *sc.templates]), cache.placer())
-    )
+    with admission.long_lived():
+        t_build, _ = timed(
+            lambda: (cache.add_all([*sc.nodes, *sc.slices, *sc.classes, *sc.templates]), cache.placer())
+        )
 
-    def cycle() -> object:
+    def cycle(memo: CycleMemo | None) -> Any:
         snapshot = ClusterSnapshot(
             cluster_queues=q.cluster_queues,
             cohorts=q.cohorts,
@@ -212,18 +225,58 @@ def large_cycle(pending: int) -> None:
             pending=infos,
             namespaces=q.namespaces,
         )
-        return run_cycle(snapshot, cache.placer(), 0.0)
+        return run_cycle(snapshot, cache.placer(), 0.0, memo=memo)
 
-    times = []
-    res: Any = None
-    for _ in range(3):
-        dt, res = timed(cycle)
-        times.append(dt)
+    def measured(memo: CycleMemo | None) -> tuple[float, float, Any]:
+        t, c = time.perf_counter(), time.process_time()
+        got = cycle(memo)
+        return time.perf_counter() - t, time.process_time() - c, got
+
+    with admission.long_lived(
+        collect=True
+    ):  # what the first cycle fills in (CEL results per device) lives on too
+        t_first, res = timed(lambda: cycle(None))  # CEL cold
+    decided = _cycle_decisions(res)
+    kept = CycleMemo()
+    rows: list[tuple[str, list[float], list[float]]] = []
+    collect_t: list[float] = []
+    for label, memo_of, auto in (
+        ("as called", lambda: None, True),
+        ("memo", lambda: kept, True),
+        ("memo, no gc", lambda: kept, False),
+    ):
+        walls, cpus = [], []
+        for _ in range(cycles):
+            if not auto:
+                gc.disable()
+            w, c, res = measured(memo_of())
+            if not auto:
+                dt, _ = timed(gc.collect)
+                collect_t.append(dt)
+                gc.enable()
+            assert _cycle_decisions(res) == decided, f"{label}: the cycle decided differently"
+            res = None
+            walls.append(w)
+            cpus.append(c)
+        rows.append((label, walls, cpus))
     sigs = len({i.fit_signature for i in infos})
     print(
         f"large shape, {len(infos)} pending ({sigs} fit signatures), {len(sc.nodes)} nodes: cache built in "
-        f"{t_build:.1f}s; cycles {', '.join(f'{t:.2f}' for t in times)} s (first with CEL cold); "
-        f"{len(res.admissions)} admissions per cycle"
+        f"{t_build:.1f}s; first cycle (CEL cold) {t_first:.2f}s; {len(decided[0])} admissions per cycle, "
+        f"the same in every cycle"
+    )
+    for label, walls, cpus in rows:
+        print(
+            f"  {label:12s} wall {statistics.median(walls):.3f}s (min {min(walls):.3f})   "
+            f"CPU {statistics.median(cpus):.3f}s (min {min(cpus):.3f})   n={len(walls)}"
+        )
+    print(f"  collection after a cycle (no gc): median {statistics.median(collect_t):.3f}s")
+
+
+def _cycle_decisions(res: Any) -> tuple[list[tuple[str, object]], list[str]]:
+    return (
+        [(a.key, _decision(a.assignment.placement)) for a in res.admissions],
+        sorted(p.preemptor for p in res.preemptions),
     )
 
 
@@ -239,10 +292,11 @@ def main() -> int:
         metavar="PENDING",
         help="instead: time one controller cycle on the large shape with PENDING workloads waiting",
     )
+    ap.add_argument("--cycles", type=int, default=5, help="with --large-cycle: cycles timed per way")
     args = ap.parse_args()
     reference = reference_loop()
     if args.large_cycle:
-        large_cycle(args.large_cycle)
+        large_cycle(args.large_cycle, args.cycles)
     for n in [] if args.large_cycle else args.nodes:
         run(n, args.decisions, args.old, args.seed)
     print(f"machine: reference loop {reference:.3f}s (fixed pure-Python work; compares machines and days)")

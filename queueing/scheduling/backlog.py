@@ -40,8 +40,25 @@ class Backlog:
         self._held: dict[str, WorkloadInfo] = {}  # deactivated, or in backoff after ``released``
         self._backoffs: list[tuple[float, str]] = []  # (backoff end, key) of held workloads
         self._released = released
-        for w in workloads:
-            self.add(w)
+        # many at once: each run sorted once at the end, which is the order ``add`` one by one
+        # inserts in (keys are unique); given a key twice, one by one (the later one replaces)
+        listed = list(workloads)
+        given = {w.key: w for w in listed}
+        if len(given) != len(listed):
+            for w in listed:
+                self.add(w)
+            return
+        self._by_key = given
+        fresh: dict[str, dict[str, list[WorkloadInfo]]] = {}
+        for w in given.values():
+            if not w.active or (w.backoff_until is not None and w.backoff_until > released):
+                self._hold(w)
+            else:
+                fresh.setdefault(w.queue_key, {}).setdefault(w.fit_signature, []).append(w)
+        for queue_key, runs in fresh.items():
+            for run in runs.values():
+                run.sort(key=run_order)
+            self._queues[queue_key] = runs
 
     # ---- reading --------------------------------------------------------------------------------
     @property
@@ -58,6 +75,28 @@ class Backlog:
     def held(self) -> Mapping[str, WorkloadInfo]:
         """Workloads not eligible after ``released``: deactivated, or in backoff."""
         return self._held
+
+    def layout(self) -> tuple[object, ...]:
+        """Everything it holds, in its order, as a value: keys, runs by LocalQueue and signature,
+        held keys, backoffs, ``released`` (two backlogs with the same layout order the same)."""
+        return (
+            tuple(self._by_key),
+            tuple(
+                (q, tuple((s, tuple(w.key for w in run)) for s, run in runs.items()))
+                for q, runs in self._queues.items()
+            ),
+            tuple(self._held),
+            tuple(sorted(self._backoffs)),
+            self._released,
+        )
+
+    @classmethod
+    def one_by_one(cls, workloads: Iterable[WorkloadInfo], *, released: float = float("-inf")) -> Backlog:
+        """The general construction ``Backlog(workloads)`` stands for: ``add`` each in turn."""
+        out = cls(released=released)
+        for w in workloads:
+            out.add(w)
+        return out
 
     def get(self, key: str) -> WorkloadInfo | None:
         return self._by_key.get(key)
@@ -78,11 +117,14 @@ class Backlog:
             self.remove(wl.key)
         self._by_key[wl.key] = wl
         if not wl.active or (wl.backoff_until is not None and wl.backoff_until > self._released):
-            self._held[wl.key] = wl
-            if wl.active and wl.backoff_until is not None:
-                heapq.heappush(self._backoffs, (wl.backoff_until, wl.key))
+            self._hold(wl)
             return
         self._insert(wl)
+
+    def _hold(self, wl: WorkloadInfo) -> None:
+        self._held[wl.key] = wl
+        if wl.active and wl.backoff_until is not None:
+            heapq.heappush(self._backoffs, (wl.backoff_until, wl.key))
 
     def remove(self, key: str) -> WorkloadInfo | None:
         """Remove a workload (admitted, deleted); returns it, or None if it was not here."""

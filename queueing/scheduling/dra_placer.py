@@ -537,11 +537,14 @@ _Pods = tuple[list[Pod], dict[str, tuple[Pod, str, int]]]  # see ``DraPlacer._po
 class _PlanInfo:
     """What applying a held plan changes (``DraPlacer._info``)."""
 
-    plan: DraPlan
     totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]]  # node's used, its additions
     picks: tuple[Pick, ...]  # the pods' own picks, pod by pod
     taken: tuple[tuple[str, int], ...]  # node -> its picks ``_counted`` (the nodes whose counts change)
     shared: bool  # a pod uses or allocates a shared claim (then applied pod by pod)
+
+
+# the key under which a plan keeps its ``_PlanInfo`` (with the placer's token) in its ``__dict__``
+_PLAN_INFO = "_plan_info"
 
 
 def _counted(p: Pick) -> bool:
@@ -603,7 +606,9 @@ class DraPlacer:
         self._resolved: dict[RecordedPlan, DraPlan] = {}
         self._specs: dict[tuple[object, ...], PodSpec] = {}  # see ``_spec``
         self._free: _FreeCounts | None = None  # built on first use, then kept in step
-        self._plan_info: dict[int, _PlanInfo] = {}  # id(plan) -> see ``_info``
+        # see ``_info``: kept on the plan itself under this placer's token (so that it goes with the
+        # plan: most plans are tried and dropped within a cycle), as ``cached_property`` keeps a value
+        self._plan_token = object()
         self._published: frozenset[str] | None = None  # see ``_published_resources``
         self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str, tuple[str, ...]]] = {}
         # DeviceClass names -> nodes (cluster order) that have devices of every one of them
@@ -901,7 +906,7 @@ class DraPlacer:
                 name = p.device.node_name
                 assert name is not None
                 taken[name] = taken.get(name, 0) + 1
-        self._keep_info(_PlanInfo(plan, totals, tuple(all_picks), tuple(taken.items()), False))
+        self._keep_info(plan, _PlanInfo(totals, tuple(all_picks), tuple(taken.items()), False))
         return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
 
     def _planned(self, name: str, picks: tuple[Pick, ...]) -> PlannedClaim:
@@ -1251,9 +1256,9 @@ class DraPlacer:
         node's allocatable, summed per node (exact sums: adding them at once equals adding them pod
         by pod); its pods' own picks, pod by pod; the node-local exclusive devices they take, per node
         (``_count_taken`` over them in one step per node ends where counting pick by pick ends)."""
-        hit = self._plan_info.get(id(plan))
-        if hit is not None and hit.plan is plan:
-            return hit
+        hit: tuple[object, _PlanInfo] | None = plan.__dict__.get(_PLAN_INFO)
+        if hit is not None and hit[0] is self._plan_token:
+            return hit[1]
         cs = self.cluster
         per: dict[int, dict[str, Fraction]] = {}
         for pp in plan.pods:
@@ -1274,13 +1279,16 @@ class DraPlacer:
                 assert d.node_name is not None
                 taken[d.node_name] = taken.get(d.node_name, 0) + 1
         shared = any(pp.shared or pp.shared_new for pp in plan.pods)
-        return self._keep_info(_PlanInfo(plan, totals, picks, tuple(taken.items()), shared))
+        return self._keep_info(plan, _PlanInfo(totals, picks, tuple(taken.items()), shared))
 
-    def _keep_info(self, info: _PlanInfo) -> _PlanInfo:
-        if len(self._plan_info) > 50_000:
-            self._plan_info.clear()
-        self._plan_info[id(info.plan)] = info
+    def _keep_info(self, plan: DraPlan, info: _PlanInfo) -> _PlanInfo:
+        plan.__dict__[_PLAN_INFO] = (self._plan_token, info)
         return info
+
+    def _kept_info(self, plan: DraPlan) -> _PlanInfo | None:
+        """What ``_info`` has kept for ``plan`` (None: nothing), dropping it (for tests)."""
+        hit: tuple[object, _PlanInfo] | None = plan.__dict__.pop(_PLAN_INFO, None)
+        return hit[1] if hit is not None and hit[0] is self._plan_token else None
 
     def _apply(self, plan: DraPlan) -> None:
         cs = self.cluster

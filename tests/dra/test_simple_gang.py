@@ -408,7 +408,7 @@ def run_placer(seed: int, verify: bool = False) -> tuple[list[object], int]:
         out.append(outcome(pl))
         if isinstance(pl, Placement):
             simple += all(not p.shared for p in pl.detail.pods)  # type: ignore[attr-defined]
-            kept = placer._plan_info.pop(id(pl.detail), None)
+            kept = placer._kept_info(pl.detail)  # type: ignore[arg-type]
             if kept is not None:  # kept by the fast path: what ``_info`` computes
                 fresh = placer._info(pl.detail)  # type: ignore[arg-type]
                 assert [(id(u), r) for u, r in kept.totals] == [(id(u), r) for u, r in fresh.totals]

@@ -4,12 +4,16 @@ and the cycle's pending reasons by group."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sched_helpers import gpu_cq, job, lq, nodes, snapshot
 
 from queueing.scheduling import CountingPlacer, run_cycle
 from queueing.scheduling.backlog import Backlog
+from queueing.scheduling.config import SchedulingConfig
 from queueing.scheduling.cycle import CycleMemo, PendingReason, PendingReasons
 from queueing.scheduling.snapshot import FlavorSpec, Taint
 
@@ -157,3 +161,33 @@ def test_shapes_are_kept_for_the_same_flavors_only() -> None:
     assert got == run_cycle(snap2, placer, 0.0)
     assert not got.admissions and memo.shapes_flavors is tainted
     assert next(iter(memo.shapes.values())) is not shape
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 9),  # name (repeats: a later one replaces the earlier)
+            st.integers(1, 3),  # gpus (the fit signature)
+            st.sampled_from(["lq-a", "lq-b"]),
+            st.integers(0, 2),  # priority
+            st.sampled_from([0.0, 1.0, 2.0]),  # time (ties broken by key)
+            st.sampled_from([None, 0.5, 3.0]),  # backoff until
+            st.booleans(),  # active
+        ),
+        max_size=25,
+    ),
+    st.sampled_from([float("-inf"), 1.0]),
+)
+def test_backlog_built_at_once_is_built_one_by_one(rows: list[tuple[Any, ...]], released: float) -> None:
+    """``Backlog(workloads)`` sorts each run once; it must hold exactly what adding them one by one
+    holds, in the same order (queues, runs, held, backoffs)."""
+    ws = [
+        replace(job(f"w{n}", g, queue=q, priority=p, t=t), backoff_until=bo, active=act)
+        for n, g, q, p, t, bo, act in rows
+    ]
+    want = Backlog.one_by_one(ws, released=released).layout()
+    assert Backlog(ws, released=released).layout() == want
+    # and what verify mode checks in a cycle (``Nominator``) holds on the same input
+    snap = snapshot([gpu_cq("cq", 4)], [lq("lq-a", "cq"), lq("lq-b", "cq")], ws)
+    run_cycle(snap, CountingPlacer(nodes(1)), max(released, 0.0), SchedulingConfig(verify=True))

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sched_helpers import LOWER, Driver, gpu_cq, job, lq, nodes, running, snapshot
 
-import queueing.scheduling.cycle as cycle_mod
+import queueing.scheduling.phases.preempt as preempt_phase
 from queueing.scheduling import (
     CohortSpec,
     CountingPlacer,
@@ -139,7 +139,7 @@ class _Checked:
 def _checking() -> Iterator[_Checked]:
     checked = _Checked()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cycle_mod, "plan_preemption", checked)
+        mp.setattr(preempt_phase, "plan_preemption", checked)
         yield checked
 
 
