@@ -299,7 +299,9 @@ async def test_bad_queue_configuration_is_reported_and_others_are_served(
     by the CRDs' validation rules; the controller must cope with those that got in anyway, e.g. from an
     older CRD). A Job queued to ``bad-cq`` waits with a message, a good Job in another queue runs."""
     objects, expected = QUEUE_CASES[case]
-    emu.store.api_validation = False  # the CRDs' rules refuse most of these (tests/kube/test_emulator_validation.py)
+    emu.store.api_validation = (
+        False  # the CRDs' rules refuse most of these (tests/kube/test_emulator_validation.py)
+    )
     emu.load_objects([*objects, BAD_LQ])
     emu.store.api_validation = True
     await harness.start()
