@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "migrate": "migrate",
     "crds": "crds",
     "explain": "explain",
+    "import-kueue": "import_kueue",
 }
 
 

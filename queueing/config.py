@@ -185,6 +185,34 @@ class HealthConfig(_Section):
         return _bind_address(v)
 
 
+class VisibilityConfig(_Section):
+    """The visibility API ``visibility.queueing.dra.io/v1beta1`` (Kueue's visibility server)."""
+
+    bind_address: str | None = Field(
+        None,
+        description="Where the visibility API (pending workloads with their positions) is served, for the "
+        "API server's aggregation layer (the `APIService` in `deploy/`, which sets `:8082`); port 0: any "
+        "free port; absent: not served.",
+    )
+    cert_file: str | None = Field(
+        None,
+        description="TLS certificate (PEM) to serve it over HTTPS, as kube-aggregator requires; without it "
+        "plain HTTP (tests, `queueing dev`).",
+    )
+    key_file: str | None = Field(None, description="The certificate's private key (PEM).")
+
+    @field_validator("bind_address")
+    @classmethod
+    def _addr(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        host, sep, port = v.rpartition(":")
+        if sep and port == "0":  # any free port (tests, `queueing dev`): the server says which
+            _bind_address(f"{host}:1")
+            return v
+        return _bind_address(v)
+
+
 class LedgerConfig(_Section):
     """The ledger's periodic compaction (no Kueue equivalent)."""
 
@@ -270,6 +298,15 @@ class Config(BaseSettings):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="The metrics endpoint.")
     health: HealthConfig = Field(default_factory=HealthConfig, description="The probe endpoints.")
     ledger: LedgerConfig = Field(default_factory=LedgerConfig, description="Ledger compaction.")
+    visibility: VisibilityConfig = Field(
+        default_factory=VisibilityConfig, description="The visibility API (pending workloads)."
+    )
+    accept_kueue_labels: bool = Field(
+        False,
+        description="Also queue Jobs labelled `kueue.x-k8s.io/queue-name` (and take their priority from "
+        "`kueue.x-k8s.io/priority-class`), for clusters moving over from Kueue; `queueing.dra.io/...` "
+        "labels win where a Job has both. Turn it on only once Kueue no longer manages those Jobs.",
+    )
     resync_period: float = _duration(
         "Interval of the full re-sync: re-list every watched kind and reconcile the ledger with the cluster.",
         default=600.0,

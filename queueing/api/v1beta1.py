@@ -76,6 +76,9 @@ __all__ = [
     "ResourceGroup",
     "ResourceQuota",
     "ResourceUsage",
+    "Topology",
+    "TopologyLevel",
+    "TopologySpec",
     "Workload",
     "WorkloadPriorityClass",
     "WorkloadSpec",
@@ -512,12 +515,6 @@ class FlavorUsage(KubeModel):
 
 # ------------------------------------------------------------------ ResourceFlavor
 class ResourceFlavorSpec(SpecModel):
-    UNSUPPORTED: ClassVar[dict[str, str]] = {
-        "topologyName": "topology-aware scheduling is "
-        + _NOT_IMPLEMENTED
-        + "; use the pod-set topology annotations",
-    }
-
     node_labels: dict[str, str] | None = Field(
         default=None,
         max_length=8,
@@ -564,6 +561,25 @@ class ResourceFlavorSpec(SpecModel):
         },
     )
 
+    topology_name: Name | None = Field(
+        default=None,
+        description=(
+            "The Topology (levels of node labels or device attributes) of this flavor's nodes. Pod sets "
+            "admitted in it may ask to be placed inside one domain of a level with the annotations "
+            "queueing.dra.io/podset-required-topology or queueing.dra.io/podset-preferred-topology."
+        ),
+    )
+    placement_policy: Literal["FirstFit", "LeastFragmentation"] | None = Field(
+        default=None,
+        description=(
+            "Which of the feasible placements of a gang on this flavor's nodes is taken. `FirstFit` "
+            "(the default): nodes in name order and devices in inventory order, as kube-scheduler's "
+            "allocator. `LeastFragmentation`: best fit, the placement that leaves the most for larger "
+            "shapes (fewest free GPUs on a node first; MIG slices where they block the fewest larger "
+            "profiles). A gang fits under LeastFragmentation whenever it fits under FirstFit."
+        ),
+    )
+
     @model_validator(mode="after")
     def _check(self) -> ResourceFlavorSpec:
         effects = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -593,6 +609,63 @@ class ResourceFlavor(SpecModel, KubeObject):
     spec: ResourceFlavorSpec = Field(
         default_factory=ResourceFlavorSpec, description="Specification of the ResourceFlavor."
     )
+
+
+# ------------------------------------------------------------------ Topology
+class TopologyLevel(SpecModel):
+    node_label: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=316,
+        description="A node label whose values name the domains of this level (e.g. a rack label, "
+        "kubernetes.io/hostname).",
+    )
+    device_attribute: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=316,
+        description="Instead of a node label: a device attribute (fully qualified, e.g. "
+        "gpu.nvidia.com/cliqueId) shared across nodes, such as an NVLink clique; a node is in the "
+        "domain its devices name.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> TopologyLevel:
+        if (self.node_label is None) == (self.device_attribute is None):
+            raise FieldError("nodeLabel", "exactly one of nodeLabel and deviceAttribute must be set")
+        return self
+
+    @property
+    def key(self) -> str:
+        return self.node_label if self.node_label is not None else self.device_attribute or ""
+
+
+class TopologySpec(SpecModel):
+    levels: list[TopologyLevel] = Field(
+        min_length=1,
+        max_length=16,
+        description="The levels, from the widest (block, rack) to the narrowest (node).",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> TopologySpec:
+        seen: set[str] = set()
+        for i, lv in enumerate(self.levels):
+            if lv.key in seen:
+                raise FieldError(f"levels[{i}]", f"level {lv.key} appears twice")
+            seen.add(lv.key)
+        return self
+
+
+class Topology(SpecModel, KubeObject):
+    """Topology: ordered levels of the cluster's topology, referenced by ResourceFlavors' topologyName."""
+
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "Topology"
+    CRD: ClassVar[CrdInfo] = CrdInfo(plural="topologies", scope="Cluster", printer_columns=(AGE_COLUMN,))
+
+    spec: TopologySpec = Field(description="Specification of the Topology.")
 
 
 # ------------------------------------------------------------------ ClusterQueue
@@ -1283,6 +1356,7 @@ class Workload(SpecModel, KubeObject):
 
 KINDS: tuple[type[KubeObject], ...] = (
     ResourceFlavor,
+    Topology,
     Cohort,
     ClusterQueue,
     LocalQueue,

@@ -80,6 +80,8 @@ class ClusterCache:
         self.templates: dict[str, ResourceClaimTemplate] = {}
         self.pods: dict[str, Pod] = {}  # every pod (the light projection the caller feeds)
         self.rebuilds = 0  # how often the placer was built (for tests and benchmarks)
+        # counts the changes of what the placer answers from (a memo bound to the placer compares it)
+        self.changes = 0
         self._placer: DraPlacer | None = None
         self._previous: DraPlacer | None = None  # the placer dropped last (its pools are taken over)
         # what the placer is given: claims it counts (key -> claim) and pods it counts
@@ -139,6 +141,7 @@ class ClusterCache:
         self._drop_placer()
 
     def _drop_placer(self) -> None:
+        self.changes += 1
         if self._placer is not None:
             self._previous = self._placer
         self._placer = None
@@ -149,6 +152,7 @@ class ClusterCache:
                 return
         else:
             self.templates[key] = new
+        self.changes += 1
         if self._placer is not None:
             self._placer.set_template(key, new)
 
@@ -161,6 +165,8 @@ class ClusterCache:
         else:
             self.pods[key] = new
         was, now = old is not None and self._counted(old), new is not None and self._counted(new)
+        if was or now:
+            self.changes += 1
         if self._placer is not None and (was or now):
             self._placer.set_pod(key, new if now else None)
 
@@ -206,6 +212,7 @@ class ClusterCache:
             del self._shown[key]
         else:
             self._shown[key] = want
+        self.changes += 1
         if self._placer is not None:
             self._placer.set_claim(key, want)
 

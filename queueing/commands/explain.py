@@ -5,8 +5,9 @@
 From the cluster: the Workload's state, conditions (pending reason, eviction, requeue), requeue
 backoff and, when admitted, its plan (node and devices per pod); for a workload that is not admitted
 also its queue (does the LocalQueue exist, which ClusterQueue, is that queue active or stopped) and its
-position among the pending workloads of its ClusterQueue and LocalQueue (the queue order without
-fair sharing: priority, then creation time), and for a deactivated one how to reactivate it. From the
+position among the pending workloads of its ClusterQueue and LocalQueue (the controller's admission
+order from its visibility API when that answers, else the queue order without fair sharing:
+priority, then creation time), and for a deactivated one how to reactivate it. From the
 ledger: its admissions (when, where, which devices, how each ended) and evictions (why, by which
 preemptor), and the workloads it preempted. ``WORKLOAD`` may also be the name of a queued Job (its Workload is
 ``job-NAME``). Exit codes: 0 explained, 1 no such workload, 2 on errors (cluster or database
@@ -104,7 +105,18 @@ async def _queues(kube: Any, wl: Any) -> dict[str, Any] | None:
         wls = [Workload.model_validate(o) for o in (await kube.list(WORKLOADS)).get("items") or []]
     except Exception:
         return None
-    return {"local_queues": lqs, "cluster_queues": cqs, "workloads": wls}
+    # the controller's own order, when its visibility API answers (else the estimate in _queue_lines)
+    visibility = None
+    lq = next((q for q in lqs if q.key == f"{wl.namespace or 'default'}/{wl.spec.queue_name}"), None)
+    if lq is not None:
+        path = (
+            f"/apis/visibility.queueing.dra.io/v1beta1/clusterqueues/{lq.spec.cluster_queue}/pendingworkloads"
+        )
+        try:
+            visibility = (await kube.request("GET", path, {"limit": 100000})).get("items") or []
+        except Exception:
+            visibility = None
+    return {"local_queues": lqs, "cluster_queues": cqs, "workloads": wls, "visibility": visibility}
 
 
 def _short(e: Exception) -> str:
@@ -208,25 +220,38 @@ def _queue_lines(wl: Any, queues: dict[str, Any] | None) -> tuple[list[str], lis
             out.append(f"             the ClusterQueue is inactive ({active.reason}): {active.message}")
     if not _pending(wl):
         return out, []
-    cq_of = {q.key: q.spec.cluster_queue for q in queues["local_queues"] if q.spec.stop_policy == "None"}
-    # the order of ClusterQueue heads (queueing.scheduling.ordering.priority_key without fair sharing)
-    pending = sorted(
-        (w for w in queues["workloads"] if _pending(w)),
-        key=lambda w: (-(w.spec.priority or 0), w.metadata.creation_timestamp or "", w.key),
-    )
-    in_cq = [
-        w.key for w in pending if cq_of.get(f"{w.namespace or 'default'}/{w.spec.queue_name}") == cq_name
-    ]
-    in_lq = [
-        w.key for w in pending if (w.namespace or "default") == ns and w.spec.queue_name == wl.spec.queue_name
-    ]
+    visible = queues.get("visibility")
+    if visible is not None:
+        # the controller's admission order (its visibility API, visibility.queueing.dra.io)
+        order = [
+            (i["metadata"].get("namespace", ""), i["metadata"]["name"], i.get("localQueueName"))
+            for i in visible
+        ]
+        in_cq = [f"{n}/{name}" for n, name, _ in order]
+        in_lq = [f"{n}/{name}" for n, name, q in order if n == ns and q == wl.spec.queue_name]
+        how = "the controller's admission order, from its visibility API"
+    else:
+        cq_of = {q.key: q.spec.cluster_queue for q in queues["local_queues"] if q.spec.stop_policy == "None"}
+        # the order of ClusterQueue heads (queueing.scheduling.ordering.priority_key without fair sharing)
+        pending = sorted(
+            (w for w in queues["workloads"] if _pending(w)),
+            key=lambda w: (-(w.spec.priority or 0), w.metadata.creation_timestamp or "", w.key),
+        )
+        in_cq = [
+            w.key for w in pending if cq_of.get(f"{w.namespace or 'default'}/{w.spec.queue_name}") == cq_name
+        ]
+        in_lq = [
+            w.key
+            for w in pending
+            if (w.namespace or "default") == ns and w.spec.queue_name == wl.spec.queue_name
+        ]
+        how = "by priority, then creation time; fair sharing can reorder"
     if wl.key not in in_cq:
         return out, []
     ahead = in_cq[: in_cq.index(wl.key)]
     position = [
         f"  Position:  {len(ahead) + 1} of {len(in_cq)} pending in ClusterQueue {cq_name}, "
-        f"{in_lq.index(wl.key) + 1} of {len(in_lq)} in LocalQueue {ns}/{wl.spec.queue_name} "
-        "(by priority, then creation time; fair sharing can reorder)"
+        f"{in_lq.index(wl.key) + 1} of {len(in_lq)} in LocalQueue {ns}/{wl.spec.queue_name} ({how})"
     ]
     if ahead:
         position.append(

@@ -34,6 +34,7 @@ from queueing.controller.controller import Controller
 from queueing.controller.http import ControllerHTTP
 from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.periodic import INADMISSIBLE_RECHECK, PeriodicJobs
+from queueing.controller.visibility import VisibilityServer
 from queueing.kube.client import KubeClient
 from queueing.kube.leader import Clock, LeaderElectionSettings, LeaderElector
 from queueing.ledger.engine import is_postgres
@@ -79,6 +80,10 @@ class ControllerProcess:
             if is_postgres(ledger.engine):
                 self.http.add_ready_check("ledger", self._ledger_check)
             self.http.add_health_check("leader-election", lambda: "failed" if self._failed else None)
+        # the visibility API (visibility.queueing.dra.io), when configured: served by every replica
+        self.visibility = (
+            VisibilityServer(self.controller) if serve_http and config.visibility.bind_address else None
+        )
         self.jobs = PeriodicJobs(config, metrics=self.metrics) if periodic else None
         self.lease = f"{config.lease_namespace}/{config.leader_election.resource_name}"
         self.elector: LeaderElector | None = None
@@ -123,6 +128,9 @@ class ControllerProcess:
             await self.http.start(
                 self.config.metrics.bind_address, self.config.health.health_probe_bind_address
             )
+        v = self.config.visibility
+        if self.visibility is not None and v.bind_address:
+            await self.visibility.start(v.bind_address, v.cert_file, v.key_file)
         self.controller.slices.add_handler(self._on_slices)
         await self.controller.start(timeout, lead=False)
         if self.jobs is not None:
@@ -209,5 +217,7 @@ class ControllerProcess:
         await self.controller.stop()
         if self.http is not None:
             await self.http.stop()
+        if self.visibility is not None:
+            await self.visibility.stop()
         if stop_run and self.run_id is not None:
             await self.ledger.stop_run(self.run_id, at=self.clock())

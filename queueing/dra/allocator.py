@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -354,6 +354,14 @@ class _Search:
     picks: list[tuple[int, Alternative, Pick]] = field(default_factory=list)
     # per claim, per constraint: values of the devices picked so far
     cvals: list[list[list[AttrValue]]] = field(default_factory=list)
+    # a placement score's preferred order of a request's candidates (``queueing.dra.scoring``):
+    # the search tries the same combinations, in that order (None: inventory order)
+    order: DeviceOrder | None = None
+
+
+# reorders a request's candidates on a node, given what is taken (``queueing.dra.scoring``); the
+# result must hold the same candidates
+DeviceOrder = Callable[[tuple[_Candidate, ...], Node | None, Usage], tuple[_Candidate, ...]]
 
 
 class Allocator:
@@ -804,9 +812,12 @@ class Allocator:
         usage: Usage,
         *,
         explain: bool = True,
+        order: DeviceOrder | None = None,
     ) -> tuple[ClaimAllocation, ...] | Shortfall | None:
         """All claims on ``node``, or why not (a Shortfall; None when ``explain`` is off, which is
-        cheaper). On success the picks stay taken in ``usage``."""
+        cheaper). On success the picks stay taken in ``usage``. ``order``: the candidates of each
+        request tried in that order instead of inventory order (a placement score; whether the claims
+        fit does not change, only which devices a fit takes)."""
         shapes = tuple(pc.shape_id for pc in claims)  # cheaper to hash than the shapes
         fail_key = (shapes, node.name if node is not None else "")
         if self.verify:
@@ -832,7 +843,9 @@ class Allocator:
         single = self._pruned(fail_key, need, steps, node, usage)
         if single is None:
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
-        search = _Search(usage=usage, node=node, steps_left=self.max_steps)
+        search = _Search(usage=usage, node=node, steps_left=self.max_steps, order=order)
+        if order is not None:
+            single = [order(c, node, usage) for c in single]
         if greedy and self._greedy(steps, single, search):
             if self.verify:
                 search = self._verify_greedy(claims, steps, node, search)
@@ -923,7 +936,7 @@ class Allocator:
         got = [(ci, pick_value(p)) for ci, _, p in fast.picks]
         for _, _, p in reversed(fast.picks):
             usage.give_back(p, backtrack=True)
-        search = _Search(usage=usage, node=node, steps_left=self.max_steps)
+        search = _Search(usage=usage, node=node, steps_left=self.max_steps, order=fast.order)
         search.cvals = [[[] for _ in pc.constraints] for pc in claims]
         try:
             ok = self._solve(claims, steps, 0, search)
@@ -1222,6 +1235,8 @@ class Allocator:
     ) -> bool:
         """Step ``i`` (a request of claim ``ci``) with alternative ``alt``, then the later steps."""
         cands = self.candidates(alt, s.node)
+        if s.order is not None:
+            cands = s.order(cands, s.node, s.usage)
         if alt.all_mode:
             # every device or none: one untolerated taint fails the request (as upstream, where
             # ``allocateDevice`` rejects the device and "all" has no other choice)

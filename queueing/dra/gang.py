@@ -37,6 +37,7 @@ from queueing.dra.allocator import (
     Allocator,
     Alternative,
     ClaimAllocation,
+    DeviceOrder,
     PreparedClaim,
     SelectorCache,
     Shortfall,
@@ -497,9 +498,19 @@ def _static_miss(
 
 class _Gang:
     def __init__(
-        self, pods: Sequence[Pod], state: ClusterState, txn: Transaction, max_node_checks: int
+        self,
+        pods: Sequence[Pod],
+        state: ClusterState,
+        txn: Transaction,
+        max_node_checks: int,
+        node_order: Sequence[int] | None = None,
+        device_order: DeviceOrder | None = None,
     ) -> None:
         self.state = state
+        # a placement score's order of the nodes (indexes into ``state.nodes``) and of each
+        # request's devices (``queueing.dra.scoring``); None: cluster and inventory order
+        self.node_order = node_order
+        self.device_order = device_order
         self.txn = txn
         self.budget = max_node_checks
         self.checks = 0
@@ -796,7 +807,9 @@ class _Gang:
         claims, new_shared, implicit = self._claims_for(plan, i)
         node = self.state.nodes[i]
         if claims:
-            got = self.state.allocator.allocate_on(claims, node, self.state.usage, explain=False)
+            got = self.state.allocator.allocate_on(
+                claims, node, self.state.usage, explain=False, order=self.device_order
+            )
             if not isinstance(got, tuple):
                 if got is not None and got.bound_hit:
                     raise _BoundHit()
@@ -835,6 +848,8 @@ class _Gang:
     def search(self, k: int = 0, floor: int = 0) -> bool:
         if k == len(self.plans):
             return True
+        if self.node_order is not None:
+            return self._search_ordered(k, floor)
         plan = self.plans[k]
         start = floor if k > 0 and self.plans[k - 1].shape == plan.shape else 0
         need = plan.need
@@ -876,6 +891,37 @@ class _Gang:
             i += 1
         return False
 
+    def _search_ordered(self, k: int, floor: int) -> bool:
+        """``search`` over ``node_order`` (``floor``: a position in it): the same depth-first search
+        with the same per-node checks, nodes tried in the score's order instead of cluster order
+        (identical pods in non-decreasing positions of that order; every placement can be reordered
+        so, whatever the order). Without the block skip, which follows cluster order."""
+        if k == len(self.plans):
+            return True
+        plan = self.plans[k]
+        order = self.node_order
+        assert order is not None
+        start = floor if k > 0 and self.plans[k - 1].shape == plan.shape else 0
+        need = plan.need
+        nodes = self.state.nodes
+        free_on = self.state.inventory.free_on
+        usage = self.state.usage
+        taken = usage.node_taken
+        simple = self.state.simple_devices
+        for pos in range(start, len(order)):
+            i = order[pos]
+            if need:
+                total = simple[i]
+                free = total - taken.get(nodes[i].name, 0) if total is not None else free_on(nodes[i], usage)
+                if free is not None and free < need:
+                    self._skip(1)
+                    continue
+            if self._try(plan, i):
+                if self._search_ordered(k + 1, pos):
+                    return True
+                self._undo()
+        return False
+
     def _skip(self, n: int) -> None:
         """Count ``n`` nodes skipped without a try as node checks, one by one as far as the bound."""
         if self.checks + n > self.budget:
@@ -888,9 +934,10 @@ class _Gang:
         """Greedy pass up to the first pod that fits nowhere, then that pod's closest node."""
         self.budget = self.checks + len(self.plans) * len(self.state.nodes) + 1
         stuck: _PodPlan | None = None
+        where = range(len(self.state.nodes)) if self.node_order is None else self.node_order
         for plan in self.plans:
             try:
-                placed_here = any(self._try(plan, i) for i in range(len(self.state.nodes)))
+                placed_here = any(self._try(plan, i) for i in where)
             except _BoundHit:
                 placed_here, bound_hit = False, True
             if not placed_here:
@@ -904,7 +951,7 @@ class _Gang:
                 self.checks,
                 bound_hit=True,
             )
-        misses = [self._miss(stuck, i) for i in range(len(self.state.nodes))]
+        misses = [self._miss(stuck, i) for i in where]
         placed = len(self.placements)
         pod = ObjRef("Pod", stuck.key)
         if not misses:
@@ -988,15 +1035,23 @@ def place_gang(
     state: ClusterState,
     *,
     max_node_checks: int = DEFAULT_MAX_NODE_CHECKS,
+    node_order: Sequence[int] | None = None,
+    device_order: DeviceOrder | None = None,
+    explain: bool = True,
 ) -> GangResult:
     """Place every pod of the gang or none. On success the result's transaction is open (tentative):
     commit or discard it. On failure the state is unchanged and the result explains why.
+
+    ``node_order`` (a permutation of node indexes, or a subset: a topology domain) and
+    ``device_order`` (see ``Allocator.allocate_on``) come from a placement score
+    (``queueing.dra.scoring``): the same exact search, trying nodes and devices in that order.
+    ``explain=False``: a failure's explanation only says whether the bound stopped the search.
 
     Raises ``AllocationError`` for input errors that abort allocation (unknown class or claim,
     CEL errors, ...)."""
     txn = state.begin()
     try:
-        gang = _Gang(pods, state, txn, max_node_checks)
+        gang = _Gang(pods, state, txn, max_node_checks, node_order, device_order)
         try:
             ok = gang.search()
             bound_hit = False
@@ -1006,7 +1061,10 @@ def place_gang(
                 gang._undo()
         if ok:
             return GangResult(True, tuple(gang.placements), None, txn, gang.checks)
-        explanation = gang.explain(bound_hit)
+        if explain:
+            explanation = gang.explain(bound_hit)
+        else:  # the caller explains otherwise: only whether the bound stopped the search
+            explanation = GangExplanation.of("", ("not placed",), None, gang.checks, bound_hit)
         checks = gang.checks
     except BaseException:
         if txn.status == "tentative":

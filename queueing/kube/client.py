@@ -36,6 +36,7 @@ __all__ = [
     "RESOURCE_CLAIM_TEMPLATES",
     "RESOURCE_FLAVORS",
     "RESOURCE_SLICES",
+    "TOPOLOGIES",
     "WORKLOADS",
     "WORKLOAD_PRIORITY_CLASSES",
     "ApiException",
@@ -109,6 +110,7 @@ CLUSTER_QUEUES = queueing_resource("clusterqueues", "ClusterQueue", False)
 LOCAL_QUEUES = queueing_resource("localqueues", "LocalQueue", True)
 COHORTS = queueing_resource("cohorts", "Cohort", False)
 RESOURCE_FLAVORS = queueing_resource("resourceflavors", "ResourceFlavor", False)
+TOPOLOGIES = queueing_resource("topologies", "Topology", False)
 WORKLOAD_PRIORITY_CLASSES = queueing_resource("workloadpriorityclasses", "WorkloadPriorityClass", False)
 
 

@@ -98,6 +98,19 @@ from queueing.dra.gang import (
 )
 from queueing.dra.gang import _pod_requests as pod_requests  # one definition of a pod's requests
 from queueing.dra.inventory import Pick
+from queueing.dra.scoring import FIRST_FIT, LEAST_FRAGMENTATION, PlacementPolicy, Scorer, place_scored
+from queueing.dra.topology import ANNOTATIONS as TOPOLOGY_ANNOTATIONS
+from queueing.dra.topology import (
+    PREFERRED,
+    PREFERRED_ANNOTATION,
+    REQUIRED,
+    REQUIRED_ANNOTATION,
+    SLICE_REQUIRED_ANNOTATION,
+    SLICE_SIZE_ANNOTATION,
+    Level,
+    TopologyMode,
+    place_in_topology,
+)
 from queueing.dra.verify import VerifyError, picks_value
 from queueing.scheduling.placer import Placement, PlacementFailure
 from queueing.scheduling.reasons import Part, PodClaimRef, PodRef, Why, pod_name
@@ -210,6 +223,11 @@ def placement_view(template: PodTemplateSpec) -> dict[str, Any]:
         kept = {k: v for k, v in labels.items() if k in keys}
         if kept:
             view["metadata"] = {"labels": kept}
+    # the topology annotations decide placement too
+    notes = (template.metadata or {}).get("annotations") or {}
+    topo = {k: notes[k] for k in TOPOLOGY_ANNOTATIONS if k in notes}
+    if topo:
+        view.setdefault("metadata", {})["annotations"] = topo
     return view
 
 
@@ -597,6 +615,7 @@ class DraPlacer:
             verify=verify,
         )
         self.max_node_checks = max_node_checks
+        self._scorer_obj: Scorer | None = None  # see ``_scorer``
         self._base_claims: dict[str, ResourceClaim] = dict(self.cluster.claims)
         self._applied: dict[str, tuple[DraPlan, ...]] = {}
         self._synced: DraState | None = None
@@ -720,6 +739,15 @@ class DraPlacer:
                         "DraPlacer._quick_miss", quick, placement_value(general), f"workload {workload.key}"
                     )
             return PlacementFailure(quick)
+        policy = _policy(flavors)
+        topo = _topology(req, flavors)
+        if isinstance(topo, str):
+            return PlacementFailure(topo)
+        if topo is not None:
+            return self._place_gang(workload, req, counts, flavors, policy, topo)
+        if policy != FIRST_FIT:
+            # a score's order: ``place_simple`` follows first fit's descent only
+            return self._place_gang(workload, req, counts, flavors, policy)
         simple = self._place_simple(workload, groups)
         if simple is not None:
             if self.verify:
@@ -738,15 +766,35 @@ class DraPlacer:
         req: DraRequest,
         counts: Mapping[str, int],
         flavors: Mapping[str, Sequence[FlavorSpec]],
+        policy: PlacementPolicy = FIRST_FIT,
+        topology: tuple[tuple[Level, ...], int, TopologyMode] | None = None,
     ) -> Placement | PlacementFailure:
-        """``place``'s general path: the gang's pods placed by :func:`place_gang` (the state synced)."""
+        """``place``'s general path: the gang's pods placed by :func:`place_gang` (the state synced),
+        under the flavors' placement ``policy`` (:func:`queueing.dra.scoring.place_scored`)."""
         try:
             pods, slots = self._pods(workload, req, counts, flavors)
         except AllocationError as e:
             return PlacementFailure(str(e))
         try:
-            kw = {} if self.max_node_checks is None else {"max_node_checks": self.max_node_checks}
-            result = place_gang(pods, self.cluster, **kw)
+            bound = DEFAULT_MAX_NODE_CHECKS if self.max_node_checks is None else self.max_node_checks
+            if topology is not None:
+                levels, level, mode = topology
+                result = place_in_topology(
+                    pods,
+                    self.cluster,
+                    levels,
+                    level,
+                    mode,
+                    policy,
+                    scorer=self._scorer(),
+                    max_node_checks=bound,
+                ).result
+            elif policy == FIRST_FIT:
+                result = place_gang(pods, self.cluster, max_node_checks=bound)
+            else:
+                result = place_scored(
+                    pods, self.cluster, policy, scorer=self._scorer(), max_node_checks=bound
+                )
         except AllocationError as e:
             return _failure("allocation-error", slots, error=e)
         if not result.placed:
@@ -804,6 +852,12 @@ class DraPlacer:
         finally:
             txn.discard()
         return Placement(nodes=tuple(p.node for p in plans), device_charges=dev, detail=plan)
+
+    def _scorer(self) -> Scorer:
+        """The placement scorer of this placer's cluster state (built on first use)."""
+        if self._scorer_obj is None:
+            self._scorer_obj = Scorer(self.cluster, verify=self.verify)
+        return self._scorer_obj
 
     def _groups(
         self,
@@ -1585,6 +1639,52 @@ def _failure(
         (("short", best.short_by),) if best is not None and best.short_by else (),
     )
     return PlacementFailure(why.render(), why)
+
+
+def _policy(flavors: Mapping[str, Sequence[FlavorSpec]]) -> PlacementPolicy:
+    """The placement policy of a workload's flavors: ``LeastFragmentation`` when any flavor
+    assigned to it asks for it, else ``FirstFit``."""
+    for fl in flavors.values():
+        for f in fl:
+            if f.placement_policy == LEAST_FRAGMENTATION:
+                return LEAST_FRAGMENTATION
+    return FIRST_FIT
+
+
+def _topology(
+    req: DraRequest, flavors: Mapping[str, Sequence[FlavorSpec]]
+) -> tuple[tuple[Level, ...], int, TopologyMode] | str | None:
+    """The workload's topology request (the first pod set that has a topology annotation asks for
+    the whole gang; Kueue asks per pod set), as (levels, level, mode), or a message naming the
+    annotation or flavor that is wrong, or None."""
+    for dps in req.pod_sets:
+        notes = (dps.template.metadata or {}).get("annotations") or {}
+        if SLICE_REQUIRED_ANNOTATION in notes or SLICE_SIZE_ANNOTATION in notes:
+            name = SLICE_REQUIRED_ANNOTATION if SLICE_REQUIRED_ANNOTATION in notes else SLICE_SIZE_ANNOTATION
+            return f"pod set {dps.name}: annotation {name}: slice topology is not implemented yet"
+        mode: TopologyMode
+        if REQUIRED_ANNOTATION in notes:
+            key, mode, ann = notes[REQUIRED_ANNOTATION], REQUIRED, REQUIRED_ANNOTATION
+        elif PREFERRED_ANNOTATION in notes:
+            key, mode, ann = notes[PREFERRED_ANNOTATION], PREFERRED, PREFERRED_ANNOTATION
+        else:
+            continue
+        fl = [f for f in flavors.get(dps.name, ()) if f.topology_name]
+        if not fl:
+            names = ", ".join(f.name for f in flavors.get(dps.name, ())) or "none"
+            return f"pod set {dps.name}: annotation {ann}: its flavor ({names}) has no topologyName"
+        f = fl[0]
+        if not f.topology_levels:
+            return f"ResourceFlavor {f.name}: spec.topologyName: Topology {f.topology_name} not found"
+        levels = tuple(Level(k, dev) for k, dev in f.topology_levels)
+        keys = [lv.key for lv in levels]
+        if key not in keys:
+            return (
+                f"pod set {dps.name}: annotation {ann}: level {key!r} is not a level of Topology "
+                f"{f.topology_name} ({', '.join(keys)})"
+            )
+        return levels, keys.index(key), mode
+    return None
 
 
 def _flavors_key(flavors: Sequence[FlavorSpec]) -> tuple[object, ...]:

@@ -25,7 +25,7 @@ name. Such extended resources are not plain ``requests``; an extended resource n
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from queueing.api.base import KubeObject, ObjectMeta
@@ -51,6 +51,7 @@ from queueing.api.v1beta1 import (
     PodSet,
     PodSetAssignment,
     ResourceFlavor,
+    Topology,
     Workload,
     WorkloadPriorityClass,
 )
@@ -167,7 +168,18 @@ def flavor_spec(rf: ResourceFlavor) -> FlavorSpec:
             Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
             for t in s.tolerations or []
         ),
+        placement_policy=s.placement_policy or "FirstFit",
+        topology_name=s.topology_name,
     )
+
+
+def with_topology(f: FlavorSpec, topologies: Mapping[str, Topology]) -> FlavorSpec:
+    """The flavor with its Topology's levels (none when it names no Topology or a missing one)."""
+    t = topologies.get(f.topology_name) if f.topology_name else None
+    if t is None:
+        return f
+    levels = tuple((lv.key, lv.device_attribute is not None) for lv in t.spec.levels)
+    return replace(f, topology_levels=levels)
 
 
 def cluster_queue_spec(cq: ClusterQueue) -> ClusterQueueSpec:
@@ -240,8 +252,11 @@ def queue_specs(objects: Iterable[KubeObject], extra_namespaces: Iterable[str] =
     """The queue configuration among ``objects`` (others are ignored), sorted by name. Namespaces
     named in ``extra_namespaces`` without a Namespace object get only the metadata.name label."""
     rfs, cqs, cohorts, lqs, nss = [], [], [], [], []
+    topologies: dict[str, Topology] = {}
     for o in objects:
-        if isinstance(o, ResourceFlavor):
+        if isinstance(o, Topology):
+            topologies[o.name] = o
+        elif isinstance(o, ResourceFlavor):
             rfs.append(flavor_spec(o))
         elif isinstance(o, ClusterQueue):
             cqs.append(cluster_queue_spec(o))
@@ -253,6 +268,7 @@ def queue_specs(objects: Iterable[KubeObject], extra_namespaces: Iterable[str] =
             nss.append(o)
     labels: dict[str, Mapping[str, str]] = {n: {"kubernetes.io/metadata.name": n} for n in extra_namespaces}
     labels.update(namespace_labels(nss))
+    rfs = [with_topology(f, topologies) for f in rfs]
     return QueueSpecs(
         tuple(sorted(rfs, key=lambda f: f.name)),
         tuple(sorted(cqs, key=lambda c: c.name)),

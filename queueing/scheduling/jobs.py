@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from queueing.api.base import ObjectMeta, OwnerReference, format_validation_error
 from queueing.api.core import Job, Pod, PodTemplateSpec
 from queueing.api.v1beta1 import API_VERSION, PodSet, PriorityClassRef, Workload, WorkloadSpec
+from queueing.scheduling.kueue_labels import job_label
 
 __all__ = [
     "MIN_PARALLELISM_ANNOTATION",
@@ -72,8 +73,9 @@ def job_priority(
     template: PodTemplateSpec,
     workload_priority_classes: Mapping[str, int],
     priority_classes: Mapping[str, int],
+    accept_kueue_labels: bool = False,
 ) -> tuple[int, PriorityClassRef | None]:
-    name = labels.get(PRIORITY_CLASS_LABEL)
+    name, label = job_label(labels, PRIORITY_CLASS_LABEL, accept_kueue_labels)  # acceptKueueLabels
     if name:
         if name in workload_priority_classes:
             return workload_priority_classes[name], PriorityClassRef(
@@ -84,8 +86,7 @@ def job_priority(
                 group="scheduling.k8s.io", kind="PriorityClass", name=name
             )
         raise WorkloadError(
-            f"{obj_ref}: metadata.labels[{PRIORITY_CLASS_LABEL}]: "
-            f"no WorkloadPriorityClass or PriorityClass named {name!r}"
+            f"{obj_ref}: metadata.labels[{label}]: no WorkloadPriorityClass or PriorityClass named {name!r}"
         )
     pcn = template.spec.priority_class_name
     if pcn:
@@ -103,10 +104,12 @@ def workload_for_job(
     job: Job,
     workload_priority_classes: Mapping[str, int] | None = None,
     priority_classes: Mapping[str, int] | None = None,
+    accept_kueue_labels: bool = False,
 ) -> Workload | None:
-    """The Workload for a Job labelled with a LocalQueue, or None for a Job that is not queued."""
+    """The Workload for a Job labelled with a LocalQueue, or None for a Job that is not queued
+    (``accept_kueue_labels``: Kueue's labels count too, see ``kueue_labels``)."""
     ref = f"Job {job.key}"
-    queue = job.labels.get(QUEUE_NAME_LABEL)
+    queue, _ = job_label(job.labels, QUEUE_NAME_LABEL, accept_kueue_labels)  # acceptKueueLabels
     if not queue:
         return None
     count = job.spec.parallelism if job.spec.parallelism is not None else 1
@@ -134,7 +137,12 @@ def workload_for_job(
         if min_count >= count:
             min_count = None
     prio, pref = job_priority(
-        ref, job.labels, job.spec.template, workload_priority_classes or {}, priority_classes or {}
+        ref,
+        job.labels,
+        job.spec.template,
+        workload_priority_classes or {},
+        priority_classes or {},
+        accept_kueue_labels,
     )
     owner = OwnerReference(
         api_version="batch/v1",

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from fractions import Fraction
 
 from queueing.scheduling.config import AdmissionFairSharingConfig
@@ -26,6 +27,7 @@ __all__ = [
     "decay_usage",
     "entry_penalty",
     "priority_key",
+    "queue_order_key",
     "usage_by_resource",
     "weighted_usage",
 ]
@@ -33,6 +35,15 @@ __all__ = [
 
 def priority_key(wl: WorkloadInfo) -> tuple[int, float, str]:
     return (-wl.priority, wl.order_time, wl.key)
+
+
+def queue_order_key(
+    wl: WorkloadInfo, nominated: AbstractSet[str], lq_share: float = 0.0
+) -> tuple[int, float, int, float, str]:
+    """The order of a ClusterQueue's pending workloads, first to last: a nominated preemptor first,
+    then (admission fair sharing) its LocalQueue's weighted decayed usage, then ``priority_key``.
+    ``run_cycle`` takes heads in this order; the visibility API numbers positions by it."""
+    return (0 if wl.key in nominated else 1, lq_share, *priority_key(wl))
 
 
 def alpha_rate(elapsed: float, half_life: float) -> float:

@@ -142,6 +142,12 @@ class FlavorSpec:
     node_labels: Mapping[str, str] = field(default_factory=dict)
     node_taints: tuple[Taint, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    # ResourceFlavor ``placementPolicy`` (``queueing.dra.scoring``): FirstFit or LeastFragmentation
+    placement_policy: str = "FirstFit"
+    # ResourceFlavor ``topologyName`` and that Topology's levels as (key, is a device attribute),
+    # widest first; no levels with a name set: the Topology does not exist
+    topology_name: str | None = None
+    topology_levels: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True)

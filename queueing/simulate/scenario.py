@@ -39,6 +39,7 @@ from queueing.api.v1beta1 import (
     Cohort,
     LocalQueue,
     ResourceFlavor,
+    Topology,
     Workload,
     WorkloadPriorityClass,
 )
@@ -78,6 +79,7 @@ _KINDS: tuple[type[KubeObject], ...] = (
     Job,
     Pod,
     ResourceFlavor,
+    Topology,
     Cohort,
     ClusterQueue,
     LocalQueue,

@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from queueing.testing.aggregation import Aggregation
 from queueing.testing.openapi import openapi_v3
 from queueing.testing.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from queueing.testing.protobuf import decode_access_review
@@ -269,6 +270,7 @@ class Emulator:
 
     def __post_init__(self) -> None:
         self.faults = Faults(self)
+        self.aggregation = Aggregation()  # API groups proxied to other servers (kube-aggregator)
         self._watches: dict[Watcher, _OpenWatch] = {}
         self._runner: web.AppRunner | None = None
 
@@ -481,6 +483,9 @@ class Emulator:
                     403, "Forbidden", f'users "{impersonate}" is forbidden: User "{user}" cannot impersonate'
                 )
             user = impersonate
+        backend = self.aggregation.backend_for(request.path)  # aggregated API groups (aggregation.py)
+        if backend is not None:
+            return await self.aggregation.proxy(request, backend, user, [], self._denial)
         attrs, rt = self._attributes(request, user)
         if attrs.resource_request:
             self.counts[(attrs.verb, attrs.resource_key)] += 1
@@ -528,6 +533,20 @@ class Emulator:
                 await asyncio.sleep(delay)
             return resp
         return self._non_resource(request)
+
+    def _denial(self, fields: dict[str, Any]) -> str | None:
+        """Why the authorizer refuses these attributes (None: allowed)."""
+        attrs = RequestAttributes(**fields)
+        if self.authorizer is None or self.authorizer(attrs):
+            return None
+        res = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
+        scope = f' in the namespace "{attrs.namespace}"' if attrs.namespace else " at the cluster scope"
+        subject = (
+            f'{attrs.resource}.{attrs.group} "{attrs.name}"'
+            if attrs.name
+            else f"{attrs.resource}.{attrs.group}"
+        )
+        return f'{subject} is forbidden: User "{attrs.user}" cannot {attrs.verb} resource "{res}" in API group "{attrs.group}"{scope}'
 
     def _access_review(self, attrs: RequestAttributes, body: Any) -> web.Response:
         """``kubectl auth can-i``: answer a (Self)SubjectAccessReview with the configured authorizer."""
@@ -608,7 +627,7 @@ class Emulator:
         for g, vs in sorted(groups.items()):
             versions = [{"groupVersion": f"{g}/{v}", "version": v} for v in vs]
             out.append({"name": g, "versions": versions, "preferredVersion": versions[0]})
-        return out
+        return out + self.aggregation.groups()
 
     def _resource_list(self, group: str, version: str) -> dict[str, Any]:
         resources = []

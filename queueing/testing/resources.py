@@ -176,6 +176,12 @@ BUILTINS: list[ResourceType] = [
         "coordination.k8s.io", "v1", "leases", "lease", "Lease", True,
         printer_columns=[_col("Holder", ".spec.holderIdentity"), _AGE],
     ),
+    # stored as kube-apiserver stores them; the emulator's aggregation layer (aggregation.py) is
+    # configured in code, not from these (a Service has no endpoints here)
+    ResourceType(
+        "apiregistration.k8s.io", "v1", "apiservices", "apiservice", "APIService", False, (), ("api-extensions",), True,
+        printer_columns=[_col("Service", ".spec.service.name"), _AGE],
+    ),
     ResourceType(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
         "CustomResourceDefinition", False, ("crd", "crds"), ("api-extensions",), True,

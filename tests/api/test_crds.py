@@ -140,6 +140,7 @@ def test_names_scope_and_subresources() -> None:
         "ResourceFlavor": ("resourceflavors", "Cluster", ["flavor", "flavors", "rf"], False),
         "WorkloadPriorityClass": ("workloadpriorityclasses", "Cluster", ["wpc"], False),
         "Cohort": ("cohorts", "Cluster", None, True),
+        "Topology": ("topologies", "Cluster", None, False),
     }
     for kind, (plural, scope, short, status) in expect.items():
         crd = CRDS[kind]

@@ -103,7 +103,6 @@ def test_unknown_spec_fields_are_rejected_naming_the_field() -> None:
     [
         ("ClusterQueue", "admissionChecks"),
         ("ClusterQueue", "admissionChecksStrategy"),
-        ("ResourceFlavor", "topologyName"),
     ],
 )
 def test_kueue_fields_that_are_not_implemented_are_rejected(kind: str, field: str) -> None:

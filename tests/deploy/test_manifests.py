@@ -18,6 +18,7 @@ BUILDS = {
     "deploy": "1.34.0",
     "deploy/overlays/postgres": "1.34.0",
     "deploy/overlays/kubernetes-1.36": "1.36.0",
+    "deploy/overlays/kueue-labels": "1.34.0",
 }
 WILDCARD = "*"
 
@@ -158,7 +159,14 @@ def test_pod_disruption_budget_keeps_one_replica() -> None:
 EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     **{
         ("queueing.dra.io", r): {"list", "watch"}
-        for r in ("clusterqueues", "cohorts", "localqueues", "resourceflavors", "workloadpriorityclasses")
+        for r in (
+            "clusterqueues",
+            "cohorts",
+            "localqueues",
+            "resourceflavors",
+            "topologies",
+            "workloadpriorityclasses",
+        )
     },
     ("queueing.dra.io", "workloads"): {"get", "list", "watch", "create", "patch"},
     **{("queueing.dra.io", f"{r}/status"): {"patch"} for r in ("clusterqueues", "localqueues", "workloads")},

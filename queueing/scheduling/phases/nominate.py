@@ -27,7 +27,7 @@ from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.config import AdmissionFairSharingConfig, SchedulingConfig
 from queueing.scheduling.decisions import PendingReason
 from queueing.scheduling.fairshare import share_key
-from queueing.scheduling.ordering import weighted_usage
+from queueing.scheduling.ordering import queue_order_key, weighted_usage
 from queueing.scheduling.phases.assign import full_counts
 from queueing.scheduling.phases.commit import CycleBook
 from queueing.scheduling.placer import Placer
@@ -160,7 +160,7 @@ class _WithinKey:
 
     def key(self, cq: ClusterQueueSpec, wl: WorkloadInfo) -> tuple[int, float, int, float, str]:
         s = self.lq_share(wl) if (self.afs is not None and cq.admission_fair_sharing) else 0.0
-        return (0 if wl.key in self.nominated else 1, s, -wl.priority, wl.order_time, wl.key)
+        return queue_order_key(wl, self.nominated, s)  # the visibility API numbers positions by it too
 
 
 class Nominator:

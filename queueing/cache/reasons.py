@@ -1,0 +1,126 @@
+"""Pending reasons between cycles: report only the ones that changed (``ReasonChanges``).
+
+A cycle gives every pending workload a reason, mostly one reason object for a whole run of
+workloads (``PendingReasons.groups``). A caller that runs cycle after cycle (the simulator, the
+controller) writes a reason only when it differs from the workload's last one; comparing every
+workload's reason in every cycle would cost what the backlog costs, so the comparison goes by
+groups (see :meth:`ReasonChanges.changes`). Verify mode compares every workload by value too.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter, itemgetter
+
+from queueing.scheduling.backlog import Backlog
+from queueing.scheduling.cycle import PendingReason, PendingReasons
+from queueing.scheduling.snapshot import WorkloadInfo
+
+__all__ = ["ReasonChanges", "pending_groups"]
+
+_key = attrgetter("key")
+
+
+def pending_groups(
+    pending: Mapping[str, PendingReason],
+) -> Iterator[tuple[Sequence[WorkloadInfo] | None, str | None, PendingReason]]:
+    """A cycle's pending reasons as groups (see ``PendingReasons.groups``), from any mapping."""
+    if isinstance(pending, PendingReasons):
+        yield from pending.groups()
+    else:
+        for key, pr in pending.items():
+            yield None, key, pr
+
+
+class ReasonChanges:
+    """The last pending reason of every pending workload, to report only changes; and the
+    workloads whose last reason is Preempting (nominated for the next cycle)."""
+
+    # how far a group's first workload may have moved in last cycle's group of its run (admitted
+    # heads) for the comparison below to look for it
+    _SHIFT = 64
+
+    def __init__(self, verify: bool = False) -> None:
+        self.last: dict[str, PendingReason] = {}
+        self.nominated: set[str] = set()
+        self._groups: dict[str, tuple[list[WorkloadInfo], PendingReason]] = {}  # run -> last group
+        self.verify = verify  # also compare every workload's reason with its last one (``_check``)
+
+    def forget(self, key: str) -> None:
+        self.last.pop(key, None)
+        self.nominated.discard(key)
+
+    def changes(
+        self, pending: Mapping[str, PendingReason], present: Backlog
+    ) -> list[tuple[str, PendingReason]]:
+        """This cycle's reasons that differ from the last ones (of workloads still pending), in key
+        order; remembers them. A reason is mostly shared by a whole run of workloads (a group):
+        the part of a group that was last cycle's group of the same run, in the same order with
+        an equal reason, has not changed and is skipped; the rest is compared once per distinct
+        last reason object, and an equal reason is adopted so that the group shares one object
+        again next time."""
+        changed: list[tuple[str, PendingReason]] = []
+        last = self.last
+        before = dict(last) if self.verify else None
+        groups: dict[str, tuple[list[WorkloadInfo], PendingReason]] = {}
+        for ws, one, pr in pending_groups(pending):
+            todo: Sequence[WorkloadInfo] | None = ws
+            if ws is not None:
+                sig = ws[0].fit_signature
+                prev = self._groups.get(sig)
+                groups[sig] = (list(ws), pr)
+                if prev is not None and (prev[1] is pr or prev[1] == pr):
+                    pws = prev[0]
+                    head = ws[0]
+                    j = next((i for i in range(min(len(pws), self._SHIFT)) if pws[i] is head), None)
+                    if j is not None:
+                        n = min(len(pws) - j, len(ws))
+                        k = 0  # how many agree, in order (identity)
+                        while k < n and pws[j + k] is ws[k]:
+                            k += 1
+                        todo = ws[k:]
+            keys: list[str] = list(map(_key, todo)) if todo is not None else [one] if one is not None else []
+            if not keys:
+                continue
+            lasts = list(map(last.get, keys))
+            distinct = dict(zip(map(id, lasts), lasts, strict=True))
+            other = {i for i, x in distinct.items() if x is not pr and (x is None or x != pr)}
+            if other:
+                for key, was in zip(keys, lasts, strict=True):
+                    if id(was) in other and key in present:
+                        changed.append((key, pr))
+                        if pr.reason == "Preempting":
+                            self.nominated.add(key)
+                        else:
+                            self.nominated.discard(key)
+            last.update(dict.fromkeys(keys, pr))
+        self._groups = groups
+        changed.sort(key=itemgetter(0))
+        if before is not None:
+            self._check(before, pending, present, changed)
+        return changed
+
+    def _check(
+        self,
+        before: Mapping[str, PendingReason],
+        pending: Mapping[str, PendingReason],
+        present: Backlog,
+        changed: list[tuple[str, PendingReason]],
+    ) -> None:
+        """Verify mode: ``changes`` skips the parts of groups that agree with last cycle's; the
+        general computation compares every workload's reason with its last one by value."""
+        want: list[tuple[str, PendingReason]] = []
+        for ws, one, pr in pending_groups(pending):
+            for key in [w.key for w in ws] if ws is not None else [one] if one is not None else []:
+                if self.last.get(key) != pr:
+                    raise RuntimeError(f"verify: pending reasons: {key} is remembered with another reason")
+                if key in present and before.get(key) != pr:
+                    want.append((key, pr))
+        want.sort(key=itemgetter(0))
+        if want != changed:
+            raise RuntimeError(
+                "verify: pending reasons: changes reported "
+                f"{[k for k, _ in changed]}, changed by value {[k for k, _ in want]}"
+            )

@@ -1,0 +1,413 @@
+"""The scheduling cycle and the admission executor: the pending set (kept by deltas) and the cluster
+cache's placer go into one cycle; its admissions are committed ledger first (one transaction), then
+the Workloads' statuses; its preemptions start evictions; pending Workloads get their reasons (only
+those that changed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any
+
+from queueing.api.v1beta1 import (
+    ADMITTED,
+    EVICTED,
+    FINISHED,
+    PREEMPTED,
+    QUOTA_RESERVED,
+    Admission,
+    Workload,
+)
+from queueing.cache.reasons import pending_groups
+from queueing.cache.workloads import PendingWorkloads
+from queueing.controller import evict as ev
+from queueing.controller.base import (
+    REASON_MAX,
+    _dump,
+    _epoch,
+    _without_nulls,
+    log,
+)
+from queueing.controller.eviction import Eviction
+from queueing.controller.plan import (
+    DeviceIndex,
+    ledger_request,
+    plan_summary,
+    with_condition,
+)
+from queueing.faults import fault_point
+from queueing.kube.writes import each
+from queueing.ledger.repository import AlreadyAdmitted, LedgerError
+from queueing.scheduling.cycle import Admission as CycleAdmission
+from queueing.scheduling.cycle import PendingReason, inactive_cluster_queues, run_cycle
+from queueing.scheduling.dra_placer import DraPlacer
+from queueing.scheduling.fairshare import weighted_shares
+from queueing.scheduling.from_api import (
+    ApiContext,
+    admission_status,
+    queue_specs,
+    workload_info,
+)
+from queueing.scheduling.preemption import PlanMemo
+from queueing.scheduling.snapshot import AdmittedWorkload, ClusterSnapshot, WorkloadInfo
+
+
+class AdmissionExecutor(Eviction):
+    def _pending_eligible(self, wl: Workload) -> bool:
+        """Whether the cycle considers the Workload: not admitted (by the controller's record), not
+        finished or being deleted, and not holding quota elsewhere (revoked at start if the ledger
+        does not know it)."""
+        return not (
+            (wl.metadata.uid or "") in self.admitted
+            or wl.metadata.deletion_timestamp
+            or wl.status.is_true(FINISHED)
+            or wl.status.is_true(QUOTA_RESERVED)
+        )
+
+    def _workload_info(self, wl: Workload, ctx: ApiContext) -> WorkloadInfo:
+        rs = wl.status.requeue_state
+        backoff = _epoch(rs.requeue_at) if rs is not None and rs.requeue_at else None
+        if backoff is not None and backoff > self.clock():
+            self._wake_at(backoff)
+        return workload_info(
+            wl,
+            ctx,
+            creation_time=_epoch(wl.metadata.creation_timestamp),
+            backoff_until=backoff or None,
+        )
+
+    def _refresh_pending(self) -> PendingWorkloads:
+        """The pending set in step with the deltas since the last cycle (see PendingWorkloads)."""
+        self._note_admitted()
+        ctx = self._context()
+        changed = self.pending.refresh(
+            self.workloads.get_key,
+            self.workloads.list,
+            self._pending_eligible,
+            functools.partial(self._workload_info, ctx=ctx),
+        )
+        for key in changed:
+            self.reasons.forget(key)  # compared with the Workload as it is now (_set_pending)
+        return self.pending
+
+    def _queue_specs(self) -> Any:
+        if self._specs is None:
+            self._specs = queue_specs(
+                [
+                    *self.flavors.list(),
+                    *self.topologies.list(),
+                    *self.cluster_queues.list(),
+                    *self.cohorts.list(),
+                    *self.local_queues.list(),
+                    *self.namespaces.list(),
+                ]
+            )
+        return self._specs
+
+    async def _schedule(self) -> None:
+        pw = self._refresh_pending()
+        by_key, invalid = pw.objects, pw.invalid
+        specs = self._queue_specs()
+        for key, msg in list(invalid.items()):
+            await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", msg))
+        draining = any(q.stop_policy == "HoldAndDrain" for q in specs.cluster_queues) or any(
+            q.stop_policy == "HoldAndDrain" for q in specs.local_queues
+        )
+        if not len(pw.backlog) and not (draining and self.admitted):
+            # no cycle to run, but a queue on a cohort cycle, stopped or missing a flavor is inactive all
+            # the same
+            self.inactive_cluster_queues = inactive_cluster_queues(
+                ClusterSnapshot(
+                    cluster_queues=specs.cluster_queues, cohorts=specs.cohorts, flavors=specs.flavors
+                )
+            )
+            self._pending_metrics({}, by_key)
+            return
+        admitted = tuple(self._as_admitted(uid, a) for uid, a in self.admitted.items())
+        now = self.clock()
+        snapshot = ClusterSnapshot(
+            cluster_queues=specs.cluster_queues,
+            cohorts=specs.cohorts,
+            local_queues=specs.local_queues,
+            flavors=specs.flavors,
+            backlog=pw.prepare(now),
+            admitted=admitted,
+            # a preemptor whose plan was carried out goes first (read from the Workload, so that it
+            # holds across a restart)
+            nominated=frozenset(pw.nominated),
+            namespaces=specs.namespaces,
+            local_queue_usage=self.lq_usage,
+            cluster_queue_usage=self.cq_usage,
+        )
+        placer = self._placer()
+        if self.cache.changes != self._memo_changes:
+            # the preemption questions that failed hold for the placer as it was (the rest of the
+            # memo is checked against the queue objects by identity)
+            self._memo.plans = PlanMemo()
+            self._memo_changes = self.cache.changes
+        t0 = time.perf_counter()
+        scheduling = self.config.scheduling()
+        if self.verify:
+            scheduling = scheduling.model_copy(update={"verify": True})
+        result = run_cycle(snapshot, placer, now, scheduling, memo=self._memo)
+        spent = time.perf_counter() - t0
+        self.stats.cycles += 1
+        if len(pw.backlog):
+            self.metrics.admission_attempt("success" if result.admissions else "inadmissible", spent)
+            self.metrics.allocator(spent, allocated=bool(result.admissions or result.preemptions))
+        self.inactive_cluster_queues = dict(result.inactive_cluster_queues)
+        for cq_name, share in weighted_shares(
+            snapshot.cluster_queues, snapshot.cohorts, snapshot.admitted
+        ).items():
+            self.metrics.set_weighted_share(cq_name, share)
+        for store, pens in (
+            (self.lq_usage, result.local_queue_penalties),
+            (self.cq_usage, result.cluster_queue_penalties),
+        ):
+            for k, pen in pens.items():
+                u = store.setdefault(k, {})
+                for r, v in pen.items():
+                    u[r] = u.get(r, 0.0) + v
+        if not self.may_act():
+            log.warning("not the leader any more: the cycle's decisions are dropped")
+            return
+        devices = DeviceIndex(self.slices.list())
+        await self._admit_all(
+            [(wl, adm) for adm in result.admissions if (wl := by_key.get(adm.key)) is not None], now, devices
+        )
+        admitted_by_key = {a.key: uid for uid, a in self.admitted.items()}
+        by_uid = self._workload_by_uid
+        for plan in result.preemptions:
+            wl = by_key.get(plan.preemptor)
+            if wl is None:
+                continue
+            for victim in plan.victims:
+                vuid = admitted_by_key.get(victim.key)
+                vwl = by_uid(vuid) if vuid else None
+                if vuid is None or vwl is None or vuid in self.evicting:
+                    continue  # already being evicted (a stuck victim is not evicted twice)
+                msg = ev.preemption_message(wl.key, wl.metadata.uid or "", plan.cluster_queue, victim.reason)
+                await self._start_eviction(
+                    vwl, ev.PREEMPTED, msg, preemptor=wl, preemption_reason=victim.reason
+                )
+                self.metrics.preempted(plan.cluster_queue, victim.reason)
+            await self._set_pending(wl, PendingReason(plan.cluster_queue, "Preempting", plan.message))
+        for drain in result.evictions:  # HoldAndDrain
+            vuid = admitted_by_key.get(drain.key)
+            vwl = by_uid(vuid) if vuid else None
+            if vuid is not None and vwl is not None and vuid not in self.evicting:
+                await self._start_eviction(vwl, drain.reason, drain.message)
+        # the reasons that changed since the last ones written (compared by groups: a run of
+        # workloads shares one reason object), each as written to its workload
+        changed = [(k, r) for k, r in self.reasons.changes(result.pending, pw.backlog) if k in by_key]
+        for i, (key, reason) in enumerate(changed):
+            try:
+                await self._set_pending(by_key[key], reason.for_workload(key))
+            except BaseException:
+                for k, _ in changed[i:]:
+                    self.reasons.forget(k)  # not written: compared again next time
+                raise
+        self._pending_metrics(result.pending, by_key)
+
+    def _as_admitted(self, uid: str, a: AdmittedWorkload) -> AdmittedWorkload:
+        """How the core sees an admitted workload: a victim being evicted is ``evicting`` (counted as
+        going away, never chosen again); a stuck one (past the eviction timeout) holds its resources and
+        is shown with the highest priority, so the preemptor's recomputed plan neither counts on it
+        nor picks it again (by priority; ``reclaimWithinCohort: Any`` could still name it, and it is
+        then waited for)."""
+        e = self.evicting.get(uid)
+        if e is None:
+            return a
+        if not e.stuck:
+            return dataclasses.replace(a, evicting=True)
+        return dataclasses.replace(a, workload=dataclasses.replace(a.workload, priority=2**31 - 1))
+
+    def _placer(self) -> DraPlacer:
+        """The cluster cache's placer, with what the controller holds: the claims the placer sees as
+        the cluster's own leave out a per-pod claim allocated with devices of an admitted plan (the
+        plan holds those devices already; counted twice, evicting its workload would not free them
+        for the eviction planner), and include the devices held after a release (``_held_claims``).
+        The admissions are the controller's own record, so what it just committed counts at once
+        (Kueue's "assume"), before any watch echoes it."""
+        self.cache.sync_holds(self.admissions, ev.planned_devices)
+        self.cache.set_extra_claims(self._held_claims())
+        return self.cache.placer()
+
+    def _pending_metrics(self, pending: Any, by_key: dict[str, Workload]) -> None:
+        """Gauges: pending (active / inadmissible) and admitted per ClusterQueue; quota usage."""
+        cq_of_lq = {lq.key: lq.spec.cluster_queue for lq in self.local_queues.list()}
+        counts: dict[str, list[int]] = {cq.name: [0, 0] for cq in self.cluster_queues.list()}
+        # workload key -> (its reason's ClusterQueue, inadmissible), by groups (no message rendered)
+        reason_of: dict[str, tuple[str | None, bool]] = {}
+        for ws, one, pr in pending_groups(pending):
+            seen = (pr.cluster_queue, pr.reason in ("Inadmissible", "Deactivated"))
+            keys = [w.key for w in ws] if ws is not None else [one] if one is not None else []
+            reason_of.update(dict.fromkeys(keys, seen))
+        for key, wl in by_key.items():
+            rcq, bad = reason_of.get(key, (None, False))
+            cq = rcq or cq_of_lq.get(f"{wl.namespace or 'default'}/{wl.spec.queue_name}")
+            if cq is None or cq not in counts:
+                continue
+            counts[cq][1 if bad else 0] += 1
+        admitted: dict[str, int] = dict.fromkeys(counts, 0)
+        usage: dict[tuple[str, str, str], Any] = {}
+        for a in self.admitted.values():
+            admitted[a.cluster_queue] = admitted.get(a.cluster_queue, 0) + 1
+            for (flavor, resource), amount in a.usage.items():
+                k = (a.cluster_queue, flavor, resource)
+                usage[k] = usage.get(k, 0) + amount
+        for cq, (active, inadmissible) in counts.items():
+            self.metrics.set_pending(cq, active=active, inadmissible=inadmissible)
+        for cq, n in admitted.items():
+            self.metrics.set_admitted_active(cq, n)
+        for cq_obj in self.cluster_queues.list():
+            name = cq_obj.name
+            for g in cq_obj.spec.resource_groups or []:
+                for fq in g.flavors:
+                    for r in fq.resources:
+                        self.metrics.set_nominal_quota(name, fq.name, r.name, r.nominal_quota)
+                        self.metrics.set_usage(
+                            name, fq.name, r.name, float(usage.get((name, fq.name, r.name), 0))
+                        )
+
+    async def _admit_all(
+        self, admits: list[tuple[Workload, CycleAdmission]], now: float, devices: DeviceIndex
+    ) -> None:
+        """Carry out a cycle's admissions: the ledger first, all of them in one transaction (one at a
+        time when the batch is refused, so that a refusal stays with its workload), then the
+        Workloads' statuses, independent writes run side by side."""
+        if not admits or not self.may_act():
+            return
+        todo = [(wl, adm, admission_status(adm)) for wl, adm in admits]
+        reqs = [
+            ledger_request(wl.metadata.uid or "", adm, a, self._claim_specs(wl), devices)
+            for wl, adm, a in todo
+        ]
+        for _ in todo:
+            fault_point("admission.before_ledger")
+        await each([wl for wl, _, _ in todo], self._record, limit=self.write_concurrency)
+        if len(todo) > 1:
+            try:
+                await self.ledger.admit_many(reqs, at=now)
+            except LedgerError:
+                pass  # one of them is refused, or already admitted: each on its own below
+            else:
+                for wl, adm, a in todo:
+                    self._admitted(wl, adm, a, now)
+                await each(
+                    todo, lambda t: self._write_admission(t[0], t[2], now), limit=self.write_concurrency
+                )
+                return
+        for (wl, adm, a), req in zip(todo, reqs, strict=True):
+            await self._admit(wl, adm, a, req, now)
+
+    async def _admit(
+        self, wl: Workload, adm: CycleAdmission, admission: Admission, req: Any, now: float
+    ) -> None:
+        uid = wl.metadata.uid or ""
+        if not self.may_act():
+            return
+        try:
+            await self.ledger.admit(req, at=now)
+        except AlreadyAdmitted:
+            # the ledger holds an admission this process does not know (a write lost before a
+            # restart): the ledger's record is replaced by this cycle's plan
+            log.warning("Workload %s was already admitted in the ledger; re-admitting", wl.key)
+            await self.ledger.release(uid, at=now, reason="Readmitted", final_state="pending")
+            await self.ledger.admit(req, at=now)
+        except LedgerError as e:
+            log.warning("the ledger refused to admit %s: %s", wl.key, e)
+            await self._set_pending(wl, PendingReason(adm.cluster_queue, "Pending", f"ledger: {e}"))
+            return
+        self._admitted(wl, adm, admission, now)
+        await self._write_admission(wl, admission, now)
+
+    def _admitted(self, wl: Workload, adm: CycleAdmission, admission: Admission, now: float) -> None:
+        """What the controller keeps once the ledger holds an admission."""
+        uid = wl.metadata.uid or ""
+        self.admitted[uid] = adm.admitted(now)
+        self.admissions[uid] = admission
+        self.pending_reasons.pop(wl.key, None)
+        self.status_todo.add(uid)
+        self.stats.admissions += 1
+        fault_point("admission.after_ledger")
+        waited = now - _epoch(wl.metadata.creation_timestamp) if wl.metadata.creation_timestamp else None
+        self.metrics.quota_reserved(adm.cluster_queue, waited)
+        self.metrics.admitted(adm.cluster_queue, waited)
+
+    async def _write_admission(self, wl: Workload, admission: Admission, now: float) -> None:
+        uid = wl.metadata.uid or ""
+        cq = admission.cluster_queue
+        gen = wl.metadata.generation
+        conds = with_condition(
+            wl.status.conditions,
+            QUOTA_RESERVED,
+            "True",
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq}",
+            now,
+            gen,
+        )
+        conds = with_condition(
+            conds, ADMITTED, "True", "Admitted", f"The workload is admitted by ClusterQueue {cq}", now, gen
+        )
+        for done in (EVICTED, PREEMPTED):  # a requeued workload admitted again
+            if wl.status.is_true(done):
+                conds = with_condition(conds, done, "False", "Admitted", "admitted again", now, gen)
+        try:
+            out = await self._patch_status(
+                wl,
+                {
+                    "conditions": _dump(conds),
+                    "admission": _without_nulls(admission.to_dict()),
+                    "reason": None,
+                },
+            )
+        except Exception as e:
+            # the ledger holds the admission: keep trying (status_todo) without holding up the others
+            log.warning("status of Workload %s not written yet: %s", wl.key, e)
+            self.stats.errors += 1
+            self._retry_later()
+            return
+        self.status_todo.discard(uid)
+        if out is None:  # deleted meanwhile: _forget_deleted releases it
+            return
+        fault_point("admission.after_status")
+        await self.events.emit(
+            wl, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}; plan: {plan_summary(admission)}"
+        )
+
+    async def _write_pending_status(self) -> None:
+        """Admissions whose status write did not hold yet (the ledger has them): write again."""
+        for uid in sorted(self.status_todo):
+            wl = self._workload_by_uid(uid)
+            adm = self.admissions.get(uid)
+            if wl is None or adm is None:
+                self.status_todo.discard(uid)
+                continue
+            await self._write_admission(wl, adm, self.clock())
+
+    async def _set_pending(self, wl: Workload, reason: PendingReason) -> None:
+        cur = wl.status.condition(QUOTA_RESERVED)
+        text = reason.message or reason.reason
+        if (
+            cur is not None
+            and cur.status == "False"
+            and cur.reason == reason.reason
+            and cur.message == text
+            and wl.status.reason == text[:REASON_MAX]
+        ):
+            return
+        conds = with_condition(
+            wl.status.conditions,
+            QUOTA_RESERVED,
+            "False",
+            reason.reason,
+            text,
+            self.clock(),
+            wl.metadata.generation,
+        )
+        await self._patch_status(wl, {"conditions": _dump(conds), "reason": text[:REASON_MAX]})
+        self.pending_reasons[wl.key] = reason
+        await self.events.emit(wl, "Normal", reason.reason, text)

@@ -1,0 +1,593 @@
+"""The controller's state and what every reconciler shares: the informers and the indexes their
+deltas keep (Workloads by UID and owner, the pending set, the cluster cache), the per-workload
+records (queueing/controller/records.py), the wake-ups, and the API writes (Workload status, Job
+suspension, Workload creation) with their retries.
+
+The reconcilers build on it, one concern per module: ``binding`` (plan binding), ``source`` (the
+workload source: Jobs and pod groups become Workloads and finish), ``eviction``, ``admission``
+(the scheduling cycle and the admission executor), ``queue_sync`` (queue objects: ledger copies and
+status); ``controller`` runs them in one sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from queueing.api.base import KubeObject
+from queueing.api.core import Job, Namespace, Node, Pod, PriorityClass
+from queueing.api.resource import (
+    DeviceClass,
+    DeviceRequestAllocationResult,
+    ResourceClaim,
+    ResourceClaimSpec,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
+from queueing.api.v1beta1 import (
+    Admission,
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    PodPlacement,
+    ResourceFlavor,
+    Topology,
+    Workload,
+    WorkloadPriorityClass,
+)
+from queueing.cache import ClusterCache, light_pod
+from queueing.cache.reasons import ReasonChanges
+from queueing.cache.workloads import PendingWorkloads
+from queueing.config import Config
+from queueing.controller.evict import Evicting
+from queueing.controller.kueue_labels import JobSources
+from queueing.controller.metrics import ControllerMetrics
+from queueing.controller.plan import (
+    GATE_PLACEMENT,
+    POD_GROUP_LABEL,
+    WORKLOAD_UID_LABEL,
+)
+from queueing.controller.records import FieldView, FlagView, Records
+from queueing.dra.allocator import SelectorCache
+from queueing.dra.binding import (
+    BindingDecision,
+    UpstreamView,
+)
+from queueing.integrations.job import BatchJob
+from queueing.kube.client import (
+    CLUSTER_QUEUES,
+    COHORTS,
+    DEVICE_CLASSES,
+    JOBS,
+    LOCAL_QUEUES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    PRIORITY_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_FLAVORS,
+    RESOURCE_SLICES,
+    TOPOLOGIES,
+    WORKLOAD_PRIORITY_CLASSES,
+    WORKLOADS,
+    KubeClient,
+    Resource,
+)
+from queueing.kube.events import EventRecorder
+from queueing.kube.informer import Informer
+from queueing.kube.writes import is_already_exists, is_not_found, retrying
+from queueing.ledger.repository import Ledger
+from queueing.ledger.state import ClusterQueueSpec as LedgerClusterQueue
+from queueing.ledger.state import CohortSpec as LedgerCohort
+from queueing.ledger.state import LocalQueueSpec as LedgerLocalQueue
+from queueing.ledger.state import WorkloadSpec as LedgerWorkload
+from queueing.scheduling.cycle import CycleMemo, PendingReason
+from queueing.scheduling.from_api import (
+    ApiContext,
+)
+from queueing.scheduling.jobs import QUEUE_NAME_LABEL
+from queueing.scheduling.kueue_labels import KUEUE_QUEUE_NAME_LABEL
+from queueing.scheduling.snapshot import AdmittedWorkload
+from queueing.verify import verify_from_env
+
+log = logging.getLogger("queueing.controller")
+
+REASON_MAX = 316
+
+
+def _epoch(ts: str | None) -> float:
+    if not ts:
+        return 0.0
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+@dataclass
+class ControllerStats:
+    syncs: int = 0
+    cycles: int = 0
+    admissions: int = 0
+    finished: int = 0
+    suspended: int = 0
+    workloads_created: int = 0
+    pods_ungated: int = 0
+    claims_allocated: int = 0
+    errors: int = 0
+
+
+class ControllerBase:
+    def __init__(
+        self,
+        kube: KubeClient,
+        ledger: Ledger,
+        config: Config | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        component: str = "queueing-controller",
+        retry_backoff: float = 0.2,
+        queue_status_period: float = 1.0,
+        metrics: ControllerMetrics | None = None,
+        eviction_timeout: float | None = None,
+        verify: bool | None = None,
+    ) -> None:
+        self.kube = kube
+        # verify mode of the cores (see ``queueing.verify``; None: from ``QUEUEING_VERIFY``)
+        self.verify = verify_from_env(os.environ) if verify is None else verify
+        self.ledger = ledger
+        self.config = config or Config()
+        self.clock = clock
+        self.metrics = metrics or ControllerMetrics()
+        # a victim whose pods/claims are not gone after this long no longer counts as going away:
+        # the preemptor's plan is recomputed without it (it is still being evicted)
+        self.eviction_timeout = (
+            eviction_timeout if eviction_timeout is not None else self.config.eviction_timeout
+        )
+        # plan binding (planBindingMode): per admission, node only or Full (Auto decides per admission,
+        # against what kube-scheduler sees: the view is built at most once per binding pass)
+        # one record per admitted workload (queueing/controller/records.py); the fields are read and
+        # written through views by field (``admitted``, ``admissions``, ``evicting``, ...)
+        self.records = Records()
+        self._bindings: FieldView[tuple[Admission, BindingDecision]] = FieldView(self.records, "binding")
+        self._upstream: UpstreamView | None = None
+        self._selectors = SelectorCache()
+        self._verified: FieldView[Admission] = FieldView(
+            self.records, "verified"
+        )  # allocations match the plan
+        # hold until confirmed: devices of a released admission on a node where an admission bound node
+        # only waits for kube-scheduler's allocation (which may take them): uid -> (deadline, devices)
+        self._held: FieldView[tuple[float, list[PodPlacement]]] = FieldView(self.records, "held")
+        self.events = EventRecorder(kube, component)
+        self.retry_backoff = retry_backoff
+        # ClusterQueue/LocalQueue status is written at most once per period (a burst of admissions
+        # costs one write per queue); the last change is always written
+        self.queue_status_period = queue_status_period
+        self._queue_status_at = -1e18
+        self._queue_status_handle: asyncio.TimerHandle | None = None
+        self.stats = ControllerStats()
+
+        def inf(res: Resource, model: type[Any], **kw: Any) -> Informer[Any]:
+            i: Informer[Any] = Informer(kube, res, model, **kw)
+            i.add_handler(self._on_change)
+            return i
+
+        self.flavors: Informer[ResourceFlavor] = inf(RESOURCE_FLAVORS, ResourceFlavor)
+        self.topologies: Informer[Topology] = inf(TOPOLOGIES, Topology)  # flavors' topologyName
+        self.cohorts: Informer[Cohort] = inf(COHORTS, Cohort)
+        self.cluster_queues: Informer[ClusterQueue] = inf(CLUSTER_QUEUES, ClusterQueue)
+        self.local_queues: Informer[LocalQueue] = inf(LOCAL_QUEUES, LocalQueue)
+        self.workloads: Informer[Workload] = inf(WORKLOADS, Workload)
+        self.workload_priority_classes: Informer[WorkloadPriorityClass] = inf(
+            WORKLOAD_PRIORITY_CLASSES, WorkloadPriorityClass
+        )
+        self.jobs: Informer[Job] | JobSources = inf(JOBS, Job, label_selector=QUEUE_NAME_LABEL)
+        job_informers = [self.jobs]
+        if self.config.accept_kueue_labels:  # acceptKueueLabels: Kueue-labelled Jobs too (kueue_labels.py)
+            job_informers.append(inf(JOBS, Job, label_selector=KUEUE_QUEUE_NAME_LABEL))
+            self.jobs = JobSources(job_informers)
+        self.pods: Informer[Pod] = inf(PODS, Pod, label_selector=WORKLOAD_UID_LABEL)
+        self.group_pods: Informer[Pod] = inf(PODS, Pod, label_selector=POD_GROUP_LABEL)
+        self.nodes: Informer[Node] = inf(NODES, Node)
+        self.slices: Informer[ResourceSlice] = inf(RESOURCE_SLICES, ResourceSlice)
+        self.device_classes: Informer[DeviceClass] = inf(DEVICE_CLASSES, DeviceClass)
+        self.claims: Informer[ResourceClaim] = inf(RESOURCE_CLAIMS, ResourceClaim)
+        self.templates: Informer[ResourceClaimTemplate] = inf(RESOURCE_CLAIM_TEMPLATES, ResourceClaimTemplate)
+        self.priority_classes: Informer[PriorityClass] = inf(PRIORITY_CLASSES, PriorityClass)
+        self.namespaces: Informer[Namespace] = inf(NAMESPACES, Namespace)
+        # every pod of the cluster, in the cluster cache's light projection (the pods queueing does
+        # not manage take node resources too: DaemonSets, system pods, other teams' pods)
+        managed = (WORKLOAD_UID_LABEL, POD_GROUP_LABEL)
+        self.all_pods: Informer[Pod] = inf(PODS, Pod, transform=functools.partial(light_pod, labels=managed))
+        # the cluster as placement sees it, kept in place by the informers' deltas (never rebuilt
+        # per sync): see queueing/cache
+        self.cache = ClusterCache(selectors=self._selectors, managed_labels=managed, verify=self.verify)
+        for mirrored in (
+            self.nodes,
+            self.slices,
+            self.device_classes,
+            self.claims,
+            self.templates,
+            self.all_pods,
+        ):
+            mirrored.add_mirror(self.cache.apply)
+        # the pending Workloads, kept by deltas (see queueing/cache/workloads.py): a Workload's
+        # WorkloadInfo is built once per version, the backlog's runs stay sorted between cycles
+        self.pending = PendingWorkloads(verify=self.verify)
+        self.reasons = ReasonChanges(self.verify)  # the last pending reason written, per workload
+        self._memo = CycleMemo()  # what cycles share (bound to the queue objects and the placer)
+        self._memo_changes = -1  # the cluster cache's change count the memo's plans were made at
+        self._ctx: ApiContext | None = None  # built again when what it holds changed
+        self._specs: Any = None  # queue_specs(...): built again on a queue, cohort or flavor delta
+        self._wl_uids: dict[str, str] = {}  # Workload UID -> key
+        self._owned: dict[str, str] = {}  # controlling owner's UID -> key of its Workload
+        # Jobs (keys) to look at in the next sync, in the order their deltas came (an ordered set)
+        self._dirty_jobs: dict[str, None] = {}
+        # at most this many Jobs get writes (Workload created, suspended) per sync: the rest wait for
+        # the next, so that a burst of new Jobs does not hold up admissions, starts and finishes
+        self.jobs_per_sync = 256
+        self._all_jobs_dirty = True
+        self._admitted_seen: dict[str, str] = {}  # uid -> key of the admissions the pending set knows
+        self.workloads.add_mirror(self._workload_delta)
+        self.jobs.add_mirror(lambda old, new: self._dirty_jobs.setdefault((new or old).key))  # type: ignore[union-attr]
+        for queue_informer in (
+            self.flavors,
+            self.topologies,
+            self.cohorts,
+            self.cluster_queues,
+            self.local_queues,
+            self.namespaces,
+        ):
+            queue_informer.add_mirror(self._queues_delta)
+        for context_informer in (
+            self.device_classes,
+            self.templates,
+            self.workload_priority_classes,
+            self.priority_classes,
+        ):
+            context_informer.add_mirror(self._context_delta)
+        self.claims.add_mirror(self._claim_delta)
+        self.informers: list[Informer[Any]] = [
+            self.flavors,
+            self.topologies,
+            self.cohorts,
+            self.cluster_queues,
+            self.local_queues,
+            self.workloads,
+            self.workload_priority_classes,
+            *job_informers,
+            self.pods,
+            self.group_pods,
+            self.nodes,
+            self.slices,
+            self.device_classes,
+            self.claims,
+            self.templates,
+            self.priority_classes,
+            self.namespaces,
+            self.all_pods,
+        ]
+
+        # the controller's own record (mirrors the ledger's active admissions): uid -> admitted workload
+        self.admitted: FieldView[AdmittedWorkload] = FieldView(self.records, "admitted")
+        self.admissions: FieldView[Admission] = FieldView(self.records, "admission")  # the plan
+        self.status_todo = FlagView(self.records, "status_todo")  # the status write not confirmed yet
+        self.pending_reasons: dict[str, PendingReason] = {}  # workload key -> last reason
+        self.inactive_cluster_queues: dict[str, str] = {}
+        self._recorded: set[str] = set()  # workload UIDs the ledger knows
+        self._ledger_cqs: dict[str, LedgerClusterQueue] = {}
+        self._ledger_cohorts: dict[str, LedgerCohort] = {}
+        self._ledger_lqs: dict[tuple[str, str], LedgerLocalQueue] = {}
+        # admission fair sharing: decayed usage per LocalQueue / ClusterQueue (resource -> amount),
+        # sampled by the usage-sampling periodic job, plus the entry penalties of each cycle
+        self.lq_usage: dict[str, dict[str, float]] = {}
+        self.cq_usage: dict[str, dict[str, float]] = {}
+        self._usage_sampled_at: float | None = None
+        # only act (admit, evict) while this says so (the leader elector's is_leader)
+        self.may_act: Callable[[], bool] = lambda: True
+        self.evicting: FieldView[Evicting] = FieldView(self.records, "evicting")  # pods/claims not gone yet
+        self.pods_ready_seen = FlagView(self.records, "pods_ready_seen")  # all its pods were Ready once
+        self._wake = asyncio.Event()
+        # independent API writes (one per Workload or Job) in flight at once within a step
+        self.write_concurrency = 16
+        self._task: asyncio.Task[None] | None = None
+        self._retry_handle: asyncio.TimerHandle | None = None
+        self._timer_handles: dict[float, asyncio.TimerHandle] = {}
+        self._step = asyncio.Lock()  # held during one sync: a graceful stop waits for it
+        self._started = False
+        self.leading = False
+        self.synced = asyncio.Event()  # set after every completed sync (tests wait on conditions)
+
+    def _workload_delta(self, old: Workload | None, new: Workload | None) -> None:
+        """A Workload changed: the indexes by UID and owner, the pending set and its owner Job."""
+        for wl, present in ((old, False), (new, True)):
+            if wl is None:
+                continue
+            uid = wl.metadata.uid or ""
+            if present:
+                self._wl_uids[uid] = wl.key
+            elif self._wl_uids.get(uid) == wl.key:
+                del self._wl_uids[uid]
+            for o in wl.metadata.owner_references or []:
+                if not o.controller:
+                    continue
+                if present:
+                    self._owned[o.uid] = wl.key
+                elif self._owned.get(o.uid) == wl.key:
+                    del self._owned[o.uid]
+                if o.kind == "Job":
+                    self._dirty_jobs.setdefault(f"{wl.namespace}/{o.name}")
+            self.pending.mark(wl.key)
+
+    def _queues_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        self._specs = None
+
+    def _context_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        self._ctx = None
+        self.pending.context_changed()
+
+    def _claim_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        self._ctx = None
+        self.pending.claim_changed((new or old).key)  # type: ignore[union-attr]
+
+    def _workload_by_uid(self, uid: str) -> Workload | None:
+        key = self._wl_uids.get(uid)
+        return self.workloads.get_key(key) if key is not None else None
+
+    def _note_admitted(self) -> None:
+        """Admissions taken or given back since the last call: their Workloads and Jobs are looked at
+        again (whether a Workload is pending depends on the controller's record, not only the object)."""
+        seen = self._admitted_seen
+        for uid in [u for u in seen if u not in self.admitted]:
+            self._mark_workload(seen.pop(uid))
+        for uid, a in self.admitted.items():
+            if uid not in seen:
+                seen[uid] = a.key
+                self._mark_workload(a.key)
+
+    def _mark_workload(self, key: str) -> None:
+        self.pending.mark(key)
+        wl = self.workloads.get_key(key)
+        if wl is not None:
+            for o in wl.metadata.owner_references or []:
+                if o.controller and o.kind == "Job":
+                    self._dirty_jobs.setdefault(f"{wl.namespace}/{o.name}")
+
+    def _on_change(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        if new is None and old is not None:
+            self._on_deleted(old)
+        self._wake.set()
+
+    def _on_deleted(self, obj: KubeObject) -> None:
+        """An object left the cluster: drop what is kept about it by UID that needs no ledger write.
+        An admitted Workload's entries go in :meth:`_forget_deleted` (its ledger admission is released
+        first)."""
+        uid = obj.metadata.uid
+        if not uid:
+            return
+        self.events.forget(uid)
+        if isinstance(obj, Workload):
+            self._recorded.discard(uid)
+            self.pending_reasons.pop(obj.key, None)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def informers_synced(self) -> bool:
+        return all(i.has_synced for i in self.informers)
+
+    def _wake_at(self, t: float) -> None:
+        """Wake the loop when the controller's clock reaches ``t`` (a backoff or a timeout ends).
+        With an injected clock the test advances it and calls :meth:`wake`."""
+        delay = t - self.clock()
+        if delay <= 0:
+            self._wake.set()
+            return
+        key = round(t, 3)
+        if key in self._timer_handles or not self.leading:
+            return
+
+        def fire() -> None:
+            self._timer_handles.pop(key, None)
+            self._wake.set()
+
+        self._timer_handles[key] = asyncio.get_running_loop().call_later(min(delay, 3600.0), fire)
+
+    def _retry_later(self) -> None:
+        if self._retry_handle is None or self._retry_handle.cancelled():
+            loop = asyncio.get_running_loop()
+
+            def fire() -> None:
+                self._retry_handle = None
+                self._wake.set()
+
+            self._retry_handle = loop.call_later(self.retry_backoff, fire)
+
+    def _context(self) -> ApiContext:
+        if self._ctx is not None:
+            return self._ctx
+        objs: list[KubeObject] = [
+            *self.device_classes.list(),
+            *self.templates.list(),
+            *self.claims.list(),
+            *self.workload_priority_classes.list(),
+            *self.priority_classes.list(),
+        ]
+        self._ctx = ApiContext.from_objects(objs)
+        return self._ctx
+
+    def _claim_specs(self, wl: Workload) -> dict[str, ResourceClaimSpec]:
+        ns = wl.namespace or "default"
+        out: dict[str, ResourceClaimSpec] = {}
+        for ps in wl.spec.pod_sets:
+            for c in ps.claim_refs():
+                if c.resource_claim_template_name:
+                    t = self.templates.get(c.resource_claim_template_name, ns)
+                    if t is not None:
+                        out[f"{ps.name}/{c.name}"] = t.spec.spec
+                elif c.resource_claim_name:
+                    claim = self.claims.get(c.resource_claim_name, ns)
+                    if claim is not None:
+                        out[f"{ps.name}/{c.name}"] = claim.spec
+        return out
+
+    async def _record(self, wl: Workload) -> None:
+        uid = wl.metadata.uid or ""
+        if uid in self._recorded:
+            return
+        await self.ledger.add_workload(
+            LedgerWorkload(
+                uid,
+                wl.namespace or "default",
+                wl.name,
+                wl.spec.queue_name or "",
+                wl.spec.priority or 0,
+                {
+                    "podSets": [
+                        {"name": p.name, "count": p.count, "minCount": p.min_count} for p in wl.spec.pod_sets
+                    ]
+                },
+            ),
+            at=self.clock(),
+        )
+        self._recorded.add(uid)
+
+    def _job_of(self, wl: Workload) -> Job | None:
+        for o in wl.metadata.owner_references or []:
+            if o.controller and o.kind == "Job":
+                job = self.jobs.get(o.name, wl.namespace)
+                if job is not None and job.metadata.uid == o.uid:
+                    return job
+        return None
+
+    def _groups(self) -> dict[tuple[str, str], list[Pod]]:
+        out: dict[tuple[str, str], list[Pod]] = {}
+        for p in self.group_pods.list():
+            if p.metadata.deletion_timestamp:
+                continue
+            out.setdefault((p.namespace or "default", p.labels.get(POD_GROUP_LABEL, "")), []).append(p)
+        return out
+
+    async def _suspend(self, job: Job, why: str) -> None:
+        """Suspend a Job (its pods are deleted by the Job controller); a partial admission's lowered
+        parallelism is given back in the same write (as Kueue restores the pod set info)."""
+        body = BatchJob(job).suspend_patch()
+        raw = await retrying(
+            lambda: self.kube.patch(JOBS, job.name, body, job.namespace),
+            what=f"suspend Job {job.key}",
+        )
+        self.jobs.observe(raw)
+        self.stats.suspended += 1
+        log.info("suspended Job %s: %s", job.key, why)
+        await self.events.emit(job, "Normal", "Suspended", why)
+
+    async def _create_workload(self, wl: Workload) -> None:
+        body = _without_nulls(wl.to_dict())
+        try:
+            raw = await retrying(
+                lambda: self.kube.create(WORKLOADS, body, wl.namespace), what=f"create Workload {wl.key}"
+            )
+            self.stats.workloads_created += 1
+        except Exception as e:
+            if not is_already_exists(e):
+                raise
+            raw = await retrying(
+                lambda: self.kube.get(WORKLOADS, wl.name, wl.namespace), what=f"get Workload {wl.key}"
+            )
+        self.workloads.observe(raw)
+
+    async def _patch(
+        self,
+        res: Resource,
+        name: str,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        patch_type: str = "merge",
+        what: str,
+    ) -> dict[str, Any]:
+        async def call() -> dict[str, Any]:
+            return await self.kube.patch(res, name, body, namespace, subresource, patch_type)
+
+        return await retrying(call, what=what)
+
+    async def _patch_status(self, wl: Workload, status: dict[str, Any]) -> Workload | None:
+        try:
+            raw = await retrying(
+                lambda: self.kube.patch(
+                    WORKLOADS, wl.name, {"status": status}, wl.namespace, subresource="status"
+                ),
+                what=f"status of Workload {wl.key}",
+            )
+        except Exception as e:
+            if is_not_found(e):
+                return None
+            raise
+        out: Workload | None = self.workloads.observe(raw)
+        return out
+
+
+def _pod_set_of(wl: Workload, pod: Pod) -> str | None:
+    """The pod set of a pod-group pod: the one whose template is the pod's spec (without node and gates)."""
+    mine = _without_nulls(pod.spec.model_copy(update={"node_name": None, "scheduling_gates": None}).to_dict())
+    for ps in wl.spec.pod_sets:
+        if _without_nulls(ps.template.spec.to_dict()) == mine:
+            return ps.name
+    return None
+
+
+def _without_nulls(v: Any) -> Any:
+    """A body without explicit nulls (models built in code set optional fields to None; the CRD schema
+    rejects null where it is not nullable)."""
+    if isinstance(v, dict):
+        return {k: _without_nulls(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [_without_nulls(x) for x in v]
+    return v
+
+
+def _allocated_results(claim: ResourceClaim) -> list[DeviceRequestAllocationResult]:
+    alloc = claim.status.allocation
+    return list((alloc.devices.results or []) if alloc is not None and alloc.devices is not None else [])
+
+
+def _gated(pod: Pod, gate: str = GATE_PLACEMENT) -> bool:
+    return any(g.name == gate for g in pod.spec.scheduling_gates or [])
+
+
+def _dump(conds: Iterable[Any]) -> list[dict[str, Any]]:
+    return [c.to_dict() for c in conds]
+
+
+def _status_dict(obj: ClusterQueue | LocalQueue) -> dict[str, Any]:
+    return obj.status.to_dict()
+
+
+def _cond_time(wl: Workload, type_: str) -> str | None:
+    c = wl.status.condition(type_)
+    return c.last_transition_time if c is not None else None
+
+
+def _pod_ready(pod: Pod) -> bool:
+    if pod.status.phase == "Succeeded":
+        return True
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def _tainted_devices(slices: Iterable[ResourceSlice]) -> set[tuple[str, str, str]]:
+    out: set[tuple[str, str, str]] = set()
+    for sl in slices:
+        for d in sl.spec.devices or []:
+            if any(t.effect == "NoExecute" for t in d.taints or []):
+                out.add((sl.spec.driver, sl.spec.pool.name, d.name))
+    return out

@@ -1,0 +1,159 @@
+"""Queue objects: the ledger's copies of the ClusterQueues, LocalQueues and Cohorts, their status
+(at most once per period), and a Warning Event on those the model rejects."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from queueing.api.v1beta1 import (
+    FINISHED,
+    QUOTA_RESERVED,
+    ClusterQueue,
+    LocalQueue,
+)
+from queueing.controller.admission import AdmissionExecutor
+from queueing.controller.base import (
+    _status_dict,
+)
+from queueing.controller.queues import queue_statuses
+from queueing.kube.client import (
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+)
+from queueing.kube.writes import each
+from queueing.ledger.quota import quota_specs
+from queueing.ledger.state import ClusterQueueSpec as LedgerClusterQueue
+from queueing.ledger.state import CohortSpec as LedgerCohort
+from queueing.ledger.state import LocalQueueSpec as LedgerLocalQueue
+from queueing.ledger.state import QuotaSpec
+from queueing.scheduling.from_api import (
+    queue_specs,
+)
+from queueing.scheduling.quota import cohort_cycles
+
+
+class QueueSync(AdmissionExecutor):
+    async def _report_invalid_queues(self) -> None:
+        """A ClusterQueue, Cohort, LocalQueue or ResourceFlavor that the API holds but the model rejects is
+        left out, as if absent: a Warning Event on it names the field. A Cohort on a parent cycle gets one
+        too (its ClusterQueues say it in their Active condition). Once per message."""
+        for informer in (self.cluster_queues, self.cohorts, self.local_queues, self.flavors):
+            for ref, msg in informer.invalid_objects():
+                await self.events.emit(ref, "Warning", f"Invalid{ref.kind or 'Object'}", msg)
+        cohorts = {c.name: c for c in queue_specs(self.cohorts.list()).cohorts}
+        for name, cycle in cohort_cycles(cohorts).items():
+            obj = self.cohorts.get(name)
+            if obj is not None:
+                why = f"Cohort {name} is on a parent cycle: {cycle}; its ClusterQueues are inactive"
+                await self.events.emit(obj, "Warning", "CohortCycle", why)
+
+    async def _sync_ledger_queues(self) -> None:
+        now = self.clock()
+        await self._sync_ledger_cohorts(now)
+        for cq in self.cluster_queues.list():
+            spec = LedgerClusterQueue(
+                cq.name,
+                tuple(
+                    QuotaSpec(fq.name, r.name, r.nominal_quota, r.borrowing_limit, r.lending_limit)
+                    for g in cq.spec.resource_groups or []
+                    for fq in g.flavors
+                    for r in fq.resources
+                ),
+                cohort=cq.spec.cohort_name or None,
+                **(
+                    {"fair_sharing_weight": cq.spec.fair_sharing.weight}
+                    if cq.spec.fair_sharing is not None and cq.spec.fair_sharing.weight is not None
+                    else {}
+                ),
+            )
+            if self._ledger_cqs.get(cq.name) != spec:
+                await self.ledger.upsert_cluster_queue(spec, at=now)
+                self._ledger_cqs[cq.name] = spec
+        for lq in self.local_queues.list():
+            lspec = LedgerLocalQueue(lq.namespace or "default", lq.name, lq.spec.cluster_queue)
+            key = (lspec.namespace, lspec.name)
+            if self._ledger_lqs.get(key) != lspec:
+                await self.ledger.upsert_local_queue(lspec, at=now)
+                self._ledger_lqs[key] = lspec
+
+    async def _sync_ledger_cohorts(self, now: float) -> None:
+        """The Cohorts (parent, own quota) as the core sees them, in the ledger: its quota check is the
+        core's model over the whole tree. A cohort the ledger holds without a Cohort object (deleted)
+        is written back as implicit: no parent, no quota of its own."""
+        want = {
+            c.name: LedgerCohort(c.name, c.parent, quota_specs(c.quotas()))
+            for c in queue_specs(self.cohorts.list()).cohorts
+        }
+        if not self._ledger_cqs:  # the first sync after start() or resync(): compare with the ledger
+            self._ledger_cohorts = await self.ledger.cohorts()
+        for name in self._ledger_cohorts.keys() - want.keys():
+            want[name] = LedgerCohort(name)
+        for name, spec in sorted(want.items()):
+            if self._ledger_cohorts.get(name) != spec:
+                await self.ledger.upsert_cohort(spec, at=now)
+                self._ledger_cohorts[name] = spec
+
+    async def _queue_status(self) -> None:
+        wait = self._queue_status_at + self.queue_status_period - time.monotonic()
+        if wait > 0:
+            if self._queue_status_handle is None:
+
+                def fire() -> None:
+                    self._queue_status_handle = None
+                    self._wake.set()
+
+                self._queue_status_handle = asyncio.get_running_loop().call_later(wait, fire)
+            return
+        pending_by_lq: dict[str, int] = {}
+        for wl in self.workloads.list():
+            uid = wl.metadata.uid or ""
+            if uid in self.admitted or wl.status.is_true(FINISHED) or wl.status.is_true(QUOTA_RESERVED):
+                continue
+            key = f"{wl.namespace or 'default'}/{wl.spec.queue_name}"
+            pending_by_lq[key] = pending_by_lq.get(key, 0) + 1
+        cq_status, lq_status = queue_statuses(
+            self.cluster_queues.list(),
+            self.local_queues.list(),
+            list(self.admitted.values()),
+            pending_by_lq,
+            self.inactive_cluster_queues,
+            self.clock(),
+        )
+
+        # the writes side by side (one queue's status never waits for another's)
+        async def write_cq(cq: ClusterQueue) -> None:
+            raw = await self._patch(
+                CLUSTER_QUEUES,
+                cq.name,
+                {"status": cq_status[cq.name]},
+                subresource="status",
+                what=f"status of ClusterQueue {cq.name}",
+            )
+            self.cluster_queues.observe(raw)
+            self._queue_status_at = time.monotonic()
+
+        async def write_lq(lq: LocalQueue) -> None:
+            raw = await self._patch(
+                LOCAL_QUEUES,
+                lq.name,
+                {"status": lq_status[lq.key]},
+                lq.namespace,
+                subresource="status",
+                what=f"status of LocalQueue {lq.key}",
+            )
+            self.local_queues.observe(raw)
+            self._queue_status_at = time.monotonic()
+
+        cqs = [
+            cq
+            for cq in self.cluster_queues.list()
+            if (want := cq_status.get(cq.name)) is not None and want != _status_dict(cq)
+        ]
+        lqs = [
+            lq
+            for lq in self.local_queues.list()
+            if (want := lq_status.get(lq.key)) is not None and want != _status_dict(lq)
+        ]
+        await each(cqs, write_cq, limit=self.write_concurrency)
+        await each(lqs, write_lq, limit=self.write_concurrency)

@@ -1,0 +1,53 @@
+"""``bench/placement.py`` and ``bench/mig_layout.py`` run as documented (docs/performance/placement.md,
+docs/scheduling.md), scaled down: both policies replay the same jobs, the report carries each figure,
+the MILP solves, required-rack gangs never span two racks, and the pictures are written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def test_placement_bench_small(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "placement.py"), "--quick", "--trace", "all", "--plots", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert re.search(r"^machine: reference loop [\d.]+s", text, re.M), text
+    for trace in ("mixed", "alibaba", "rack"):
+        for policy in ("FirstFit", "LeastFragmentation"):
+            assert re.search(
+                rf"^\[{trace}\] {policy} +stranded +[\d.]+ GPUs +admitted \d+ \(MIG \d+\) +utilisation +[\d.]+% "
+                r"+placement CPU [\d.]+ ms/decision",
+                text,
+                re.M,
+            ), text
+        assert (tmp_path / f"placement-{trace}.png").stat().st_size > 0
+    assert re.search(r"^    g1 +n= *\d+ +mean wait +[\d.]+ min +p90 +[\d.]+ min", text, re.M), text
+    for m in re.finditer(r"required-rack gangs (\d+), over two racks (\d+)", text):
+        assert int(m.group(2)) == 0, text
+    m = re.search(r"\[milp 2 nodes, \d+ jobs\] optimum ([\d.]+)% \(Optimal", text)
+    assert m and float(m.group(1)) > 0, text
+
+
+def test_mig_layout_picture(tmp_path: Path) -> None:
+    png = tmp_path / "layout.png"
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "mig_layout.py"), "--out", str(png)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "LeastFragmentation: 1g.18gb -> gpu-1-mig-1g-18gb-6" in out.stdout
+    assert "LeastFragmentation: 4g.71gb -> gpu-1-mig-4g-71gb-0" in out.stdout
+    assert "FirstFit: 4g.71gb -> gpu-2-mig-4g-71gb-0" in out.stdout
+    assert png.stat().st_size > 0
