@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -64,6 +65,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc = args._module.run(args)
     except KeyboardInterrupt:
         return 130
+    except RecursionError:
+        # a value nested deeper than the parsers and models follow (the commands name the file
+        # where they can; this is the last guard): one line, no traceback
+        print(f"error: {args.command}: the input is nested too deeply to process", file=sys.stderr)
+        return 2
+    except Exception as e:
+        # a bug, not bad input: still one line for the user (QUEUEING_TRACEBACK=1 shows the traceback)
+        if os.environ.get("QUEUEING_TRACEBACK") or args.command == "run":  # the controller logs it
+            raise
+        text = " ".join(str(e).split())[:300]
+        print(
+            f"error: {args.command}: internal error (please report it with the input): "
+            f"{type(e).__name__}: {text}",
+            file=sys.stderr,
+        )
+        return 2
     return int(rc or 0)
 
 

@@ -18,6 +18,9 @@ import yaml
 __all__ = ["SUFFIXES", "ManifestError", "read_documents"]
 
 SUFFIXES = (".yaml", ".yml", ".json")
+# libyaml's parser when PyYAML has it (the same safe constructor, ~3x faster on large files:
+# a ResourceSlice of 10,000 devices is about 1 MB)
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ManifestError(Exception):
@@ -64,7 +67,9 @@ def read_documents(paths: Iterable[str]) -> list[tuple[dict[str, Any], str]]:
         for f in _files(arg):
             text = _text(f)
             try:
-                docs = list(yaml.safe_load_all(text))
+                docs = list(yaml.load_all(text, Loader=_LOADER))
+            except RecursionError:
+                raise ManifestError(f"{f}: not valid YAML/JSON: nested too deeply") from None
             except yaml.YAMLError as e:
                 mark = getattr(e, "problem_mark", None)
                 line = f" line {mark.line + 1}:" if mark is not None else ""

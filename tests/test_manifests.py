@@ -27,7 +27,7 @@ def test_files_directories_lists_and_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("kind: [unclosed\n", "line 2: not valid YAML/JSON: expected ',' or ']'"),
+        ("kind: [unclosed\n", "line 2: not valid YAML/JSON: did not find expected ',' or ']'"),
         ("- just\n- a list\n", "document 1: expected an object, got list"),
         ("kind: List\nitems: [3]\n", "document 1 items[0]: expected an object, got int"),
     ],

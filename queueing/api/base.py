@@ -14,19 +14,31 @@ Conventions (every model in ``queueing.api`` follows them):
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "FieldError",
     "KubeModel",
     "KubeObject",
     "ObjectMeta",
     "OwnerReference",
     "ValidationError",
+    "format_errors",
     "format_validation_error",
 ]
+
+
+class FieldError(ValueError):
+    """A rule on a field broke; ``path`` is relative to the model that raised it (camelCase).
+    :func:`format_errors` joins it to the location pydantic reports."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class KubeModel(BaseModel):
@@ -78,10 +90,35 @@ class KubeObject(KubeModel):
 
     API_VERSION: ClassVar[str] = ""
     KIND: ClassVar[str] = ""
+    #: the API server's rule for ``metadata.name`` (``queueing.api.validation``): most kinds take a DNS
+    #: subdomain; Namespace a DNS label, Job a subdomain of at most 63 characters
+    NAME_RULE: ClassVar[Literal["subdomain", "label", "job"]] = "subdomain"
 
     api_version: str | None = None
     kind: str | None = None
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    @model_validator(mode="after")
+    def _check_names(self) -> Self:
+        from queueing.api import validation as v
+
+        meta = self.metadata
+        if isinstance(meta.name, str) and meta.name:
+            check = {
+                "subdomain": v.check_dns_subdomain,
+                "label": v.check_dns_label,
+                "job": v.check_job_name,
+            }[self.NAME_RULE]
+            try:
+                check(meta.name)
+            except ValueError as e:
+                raise FieldError("metadata.name", str(e)) from None
+        if isinstance(meta.namespace, str) and meta.namespace:
+            try:
+                v.check_dns_label(meta.namespace)
+            except ValueError as e:
+                raise FieldError("metadata.namespace", str(e)) from None
+        return self
 
     @property
     def name(self) -> str:
@@ -106,10 +143,36 @@ class KubeObject(KubeModel):
         return self.metadata.annotations or {}
 
 
-def format_validation_error(err: ValidationError, obj_ref: str) -> str:
-    """One readable line per problem: ``<kind/name>: field.path: message``."""
-    lines = []
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not out:
+            out = str(part)
+        else:
+            out += f".{part}"
+    return out
+
+
+def format_errors(err: ValidationError) -> list[str]:
+    """One ``field.path: message`` per problem, with paths in wire (camelCase) names
+    (``spec.devices.requests[0].exactly.count``); a :class:`FieldError` adds its own path."""
+    problems = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
-        lines.append(f"{obj_ref}: {loc}: {e['msg']}")
-    return "; ".join(lines)
+        path = _path(tuple(e["loc"]))
+        msg = e["msg"]
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            if cause.path:
+                path = f"{path}.{cause.path}" if path else cause.path
+            msg = cause.reason
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        problems.append(f"{path or '<root>'}: {msg}")
+    return problems
+
+
+def format_validation_error(err: ValidationError, obj_ref: str) -> str:
+    """All problems on one line: ``<kind/name>: field.path: message; ...``."""
+    return "; ".join(f"{obj_ref}: {p}" for p in format_errors(err))

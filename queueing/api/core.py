@@ -20,6 +20,7 @@ from pydantic import Field
 
 from queueing.api.base import KubeModel, KubeObject
 from queueing.api.quantity import Quantity
+from queueing.api.validation import DnsLabel, NonNegInt32
 
 __all__ = [
     "Affinity",
@@ -206,7 +207,7 @@ class Container(KubeModel):
 
 
 class PodResourceClaim(KubeModel):
-    name: str
+    name: DnsLabel
     resource_claim_name: str | None = None
     resource_claim_template_name: str | None = None
 
@@ -276,14 +277,17 @@ class Pod(KubeObject):
 class Namespace(KubeObject):
     API_VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "Namespace"
+    NAME_RULE: ClassVar[Literal["subdomain", "label", "job"]] = "label"
 
 
 # ---------------------------------------------------------------- Job
 class JobSpec(KubeModel):
-    parallelism: int | None = None
-    completions: int | None = None
+    """int32 fields as the API server takes them: JSON integers (not booleans or strings), 0..2^31-1."""
+
+    parallelism: NonNegInt32 | None = None
+    completions: NonNegInt32 | None = None
     suspend: bool | None = None
-    backoff_limit: int | None = None
+    backoff_limit: NonNegInt32 | None = None
     template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
 
 
@@ -305,6 +309,7 @@ class JobStatus(KubeModel):
 class Job(KubeObject):
     API_VERSION: ClassVar[str] = "batch/v1"
     KIND: ClassVar[str] = "Job"
+    NAME_RULE: ClassVar[Literal["subdomain", "label", "job"]] = "job"
 
     spec: JobSpec = Field(default_factory=JobSpec)
     status: JobStatus = Field(default_factory=JobStatus)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from queueing.api.base import KubeObject
+from queueing.api.base import KubeObject, format_errors
 
 __all__ = ["ObjectError", "format_errors", "known_kinds", "model_for", "parse_object"]
 
@@ -66,36 +66,6 @@ def model_for(api_version: str, kind: str) -> type[KubeObject] | None:
         if found is not None:
             return found
     return None
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not out:
-            out = str(part)
-        else:
-            out += f".{part}"
-    return out
-
-
-def format_errors(err: ValidationError) -> list[str]:
-    """One ``field.path: message`` per problem, with paths in wire (camelCase) names."""
-    from queueing.api.v1beta1 import FieldError
-
-    problems = []
-    for e in err.errors():
-        path = _path(tuple(e["loc"]))
-        msg = e["msg"]
-        cause = (e.get("ctx") or {}).get("error")
-        if isinstance(cause, FieldError):
-            path = f"{path}.{cause.path}" if path else cause.path
-            msg = cause.reason
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        problems.append(f"{path or '<root>'}: {msg}")
-    return problems
 
 
 def parse_object(obj: Any) -> KubeObject:

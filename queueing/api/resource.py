@@ -12,13 +12,22 @@ snake_case attributes, camelCase wire names.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+import re
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, Strict, model_validator
 
-from queueing.api.base import KubeModel, KubeObject
+from queueing.api.base import FieldError, KubeModel, KubeObject
 from queueing.api.core import NodeSelector, Taint, Toleration
 from queueing.api.quantity import Quantity
+from queueing.api.validation import (
+    DnsLabel,
+    DnsSubdomain,
+    NonNegQuantity,
+    PositiveInt64,
+    check_dns_subdomain,
+    check_semver,
+)
 
 __all__ = [
     "API_VERSION",
@@ -64,21 +73,78 @@ API_VERSION = "resource.k8s.io/v1"
 AllocationMode = Literal["ExactCount", "All"]
 TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
 
+# the API server's limits (k8s.io/api/resource/v1, pkg/apis/resource/validation)
+MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS = 64
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_ATTRIBUTE_VALUE_LENGTH = 64
+MAX_TAINTS_PER_DEVICE = 16
+MAX_TOLERATIONS = 16
+MAX_REQUESTS = 32
+MAX_SELECTORS = 32
+MAX_CONSTRAINTS = 32
+MAX_CONFIGS = 32
+MAX_FIRST_AVAILABLE = 8
+MAX_COUNTER_CONSUMPTIONS = 2
+CEL_EXPRESSION_MAX_LENGTH = 10 * 1024
+Int64 = Annotated[int, Strict(), Field(ge=-(2**63), le=2**63 - 1)]
+NonNegInt64 = Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
+StrictBool = Annotated[bool, Strict()]
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$", re.ASCII)
+
+
+def check_qualified_name(name: str) -> str:
+    """An attribute or capacity name: ``[<domain>/]<identifier>``, the domain a DNS subdomain of at
+    most 63 characters, the identifier a C identifier of at most 32 characters."""
+    domain, sep, ident = name.rpartition("/")
+    if sep:
+        if len(domain) > 63:
+            raise ValueError(f"{name!r}: the domain before '/' has at most 63 characters")
+        check_dns_subdomain(domain)
+    if len(ident) > 32 or not _C_IDENTIFIER.match(ident):
+        raise ValueError(
+            f"{name[:80]!r} is not a valid name: a C identifier (letters, digits, '_'; not starting with a "
+            "digit) of at most 32 characters, optionally prefixed by a domain and '/'"
+        )
+    return name
+
+
+QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
+
+
+def _check_driver(name: str) -> str:
+    if len(name) > 63:
+        raise ValueError(f"{name[:80]!r} is too long: a driver name has at most 63 characters")
+    return check_dns_subdomain(name)
+
+
+DriverName = Annotated[str, AfterValidator(_check_driver)]
+
 
 # ---------------------------------------------------------------- ResourceSlice
 class ResourcePool(KubeModel):
-    name: str
-    generation: int = 0
-    resource_slice_count: int = 1
+    name: str = Field(min_length=1, max_length=253)
+    generation: NonNegInt64 = 0
+    resource_slice_count: Annotated[int, Strict(), Field(ge=1, le=2**63 - 1)] = 1
 
 
 class DeviceAttribute(KubeModel):
     """Exactly one of int/bool/string/version is set."""
 
-    int_: int | None = Field(default=None, alias="int")
-    bool_: bool | None = Field(default=None, alias="bool")
-    string: str | None = None
-    version: str | None = None
+    int_: Int64 | None = Field(default=None, alias="int")
+    bool_: StrictBool | None = Field(default=None, alias="bool")
+    string: str | None = Field(default=None, max_length=MAX_ATTRIBUTE_VALUE_LENGTH)
+    version: Annotated[str, AfterValidator(check_semver)] | None = None
+
+    @model_validator(mode="after")
+    def _one_value(self) -> DeviceAttribute:
+        n = sum(v is not None for v in (self.int_, self.bool_, self.string, self.version))
+        if n != 1:
+            raise FieldError(
+                "",
+                "exactly one of int, bool, string and version must be set" + ("" if n == 0 else f", got {n}"),
+            )
+        return self
 
     def kind_and_value(self) -> tuple[str, int | bool | str] | None:
         """``(type, value)`` of the one value that is set, or None when none is."""
@@ -94,24 +160,24 @@ class DeviceAttribute(KubeModel):
 
 
 class CapacityRequestPolicyRange(KubeModel):
-    min: Quantity | None = None
-    max: Quantity | None = None
-    step: Quantity | None = None
+    min: NonNegQuantity | None = None
+    max: NonNegQuantity | None = None
+    step: NonNegQuantity | None = None
 
 
 class CapacityRequestPolicy(KubeModel):
-    default: Quantity | None = None
-    valid_values: list[Quantity] | None = None
+    default: NonNegQuantity | None = None
+    valid_values: list[NonNegQuantity] | None = Field(default=None, max_length=10)
     valid_range: CapacityRequestPolicyRange | None = None
 
 
 class DeviceCapacity(KubeModel):
-    value: Quantity
+    value: NonNegQuantity
     request_policy: CapacityRequestPolicy | None = None
 
 
 class Counter(KubeModel):
-    value: Quantity
+    value: NonNegQuantity
 
 
 class CounterSet(KubeModel):
@@ -133,14 +199,16 @@ class DeviceToleration(Toleration):
 
 
 class Device(KubeModel):
-    name: str
-    attributes: dict[str, DeviceAttribute] | None = None
-    capacity: dict[str, DeviceCapacity] | None = None
-    consumes_counters: list[DeviceCounterConsumption] | None = None
+    name: DnsLabel
+    attributes: dict[QualifiedName, DeviceAttribute] | None = None
+    capacity: dict[QualifiedName, DeviceCapacity] | None = None
+    consumes_counters: list[DeviceCounterConsumption] | None = Field(
+        default=None, max_length=MAX_COUNTER_CONSUMPTIONS
+    )
     node_name: str | None = None
     node_selector: NodeSelector | None = None
     all_nodes: bool | None = None
-    taints: list[DeviceTaint] | None = None
+    taints: list[DeviceTaint] | None = Field(default=None, max_length=MAX_TAINTS_PER_DEVICE)
     binds_to_node: bool | None = None
     binding_conditions: list[str] | None = None
     binding_failure_conditions: list[str] | None = None
@@ -148,14 +216,33 @@ class Device(KubeModel):
 
 
 class ResourceSliceSpec(KubeModel):
-    driver: str
+    driver: DriverName
     pool: ResourcePool
     node_name: str | None = None
     node_selector: NodeSelector | None = None
     all_nodes: bool | None = None
     per_device_node_selection: bool | None = None
-    devices: list[Device] = Field(default_factory=list)
+    devices: list[Device] = Field(default_factory=list, max_length=MAX_DEVICES_PER_SLICE)
     shared_counters: list[CounterSet] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ResourceSliceSpec:
+        limited = False
+        for i, d in enumerate(self.devices):
+            n = len(d.attributes or {}) + len(d.capacity or {})
+            if n > MAX_ATTRIBUTES_AND_CAPACITIES:
+                raise FieldError(
+                    f"devices[{i}]",
+                    f"at most {MAX_ATTRIBUTES_AND_CAPACITIES} attributes and capacities combined, got {n}",
+                )
+            limited = limited or bool(d.taints) or bool(d.consumes_counters)
+        if limited and len(self.devices) > MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS:
+            raise FieldError(
+                "devices",
+                f"at most {MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS} devices when a device has taints or "
+                f"consumes counters, got {len(self.devices)}",
+            )
+        return self
 
 
 class ResourceSlice(KubeObject):
@@ -167,7 +254,7 @@ class ResourceSlice(KubeObject):
 
 # ---------------------------------------------------------------- DeviceClass
 class CELDeviceSelector(KubeModel):
-    expression: str
+    expression: str = Field(max_length=CEL_EXPRESSION_MAX_LENGTH)
 
 
 class DeviceSelector(KubeModel):
@@ -184,8 +271,8 @@ class DeviceClassConfiguration(KubeModel):
 
 
 class DeviceClassSpec(KubeModel):
-    selectors: list[DeviceSelector] | None = None
-    config: list[DeviceClassConfiguration] | None = None
+    selectors: list[DeviceSelector] | None = Field(default=None, max_length=MAX_SELECTORS)
+    config: list[DeviceClassConfiguration] | None = Field(default=None, max_length=MAX_CONFIGS)
     extended_resource_name: str | None = None
 
 
@@ -198,33 +285,33 @@ class DeviceClass(KubeObject):
 
 # ---------------------------------------------------------------- ResourceClaim
 class CapacityRequirements(KubeModel):
-    requests: dict[str, Quantity] | None = None
+    requests: dict[QualifiedName, NonNegQuantity] | None = None
 
 
 class ExactDeviceRequest(KubeModel):
-    device_class_name: str
-    selectors: list[DeviceSelector] | None = None
+    device_class_name: DnsSubdomain
+    selectors: list[DeviceSelector] | None = Field(default=None, max_length=MAX_SELECTORS)
     allocation_mode: AllocationMode | None = None
-    count: int | None = None
-    admin_access: bool | None = None
-    tolerations: list[DeviceToleration] | None = None
+    count: PositiveInt64 | None = None
+    admin_access: StrictBool | None = None
+    tolerations: list[DeviceToleration] | None = Field(default=None, max_length=MAX_TOLERATIONS)
     capacity: CapacityRequirements | None = None
 
 
 class DeviceSubRequest(KubeModel):
-    name: str
-    device_class_name: str
-    selectors: list[DeviceSelector] | None = None
+    name: DnsLabel
+    device_class_name: DnsSubdomain
+    selectors: list[DeviceSelector] | None = Field(default=None, max_length=MAX_SELECTORS)
     allocation_mode: AllocationMode | None = None
-    count: int | None = None
-    tolerations: list[DeviceToleration] | None = None
+    count: PositiveInt64 | None = None
+    tolerations: list[DeviceToleration] | None = Field(default=None, max_length=MAX_TOLERATIONS)
     capacity: CapacityRequirements | None = None
 
 
 class DeviceRequest(KubeModel):
-    name: str
+    name: DnsLabel
     exactly: ExactDeviceRequest | None = None
-    first_available: list[DeviceSubRequest] | None = None
+    first_available: list[DeviceSubRequest] | None = Field(default=None, max_length=MAX_FIRST_AVAILABLE)
 
 
 class DeviceConstraint(KubeModel):
@@ -239,9 +326,18 @@ class DeviceClaimConfiguration(KubeModel):
 
 
 class DeviceClaim(KubeModel):
-    requests: list[DeviceRequest] | None = None
-    constraints: list[DeviceConstraint] | None = None
-    config: list[DeviceClaimConfiguration] | None = None
+    requests: list[DeviceRequest] | None = Field(default=None, max_length=MAX_REQUESTS)
+    constraints: list[DeviceConstraint] | None = Field(default=None, max_length=MAX_CONSTRAINTS)
+    config: list[DeviceClaimConfiguration] | None = Field(default=None, max_length=MAX_CONFIGS)
+
+    @model_validator(mode="after")
+    def _check(self) -> DeviceClaim:
+        seen: set[str] = set()
+        for i, r in enumerate(self.requests or []):
+            if r.name in seen:
+                raise FieldError(f"requests[{i}].name", f"duplicate request name {r.name!r}")
+            seen.add(r.name)
+        return self
 
 
 class ResourceClaimSpec(KubeModel):

@@ -21,10 +21,19 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, Strict, model_validator
 
-from queueing.api.base import KubeModel, KubeObject
+from queueing.api.base import FieldError, KubeModel, KubeObject
 from queueing.api.core import PodTemplateSpec, Taint, Toleration
 from queueing.api.crdgen import AGE_COLUMN, CelRule, CrdInfo, CrdSchema, PrinterColumn
 from queueing.api.quantity import Quantity
+from queueing.api.validation import (
+    _DNS_SUBDOMAIN,
+    _RE_SUBDOMAIN,
+    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
+    check_dns_label,
+    check_dns_subdomain,
+    check_storable,
+)
 
 __all__ = [
     "API_VERSION",
@@ -94,43 +103,12 @@ PREEMPTED = "Preempted"
 ACTIVE = "Active"
 
 
-class FieldError(ValueError):
-    """A rule on a field broke; ``path`` is relative to the model that raised it (camelCase)."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
 # ------------------------------------------------------------------ scalar types
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
 _NAME_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_SUBDOMAIN}$"
-DNS_LABEL_PATTERN = rf"^{_DNS_LABEL}$"
 RESOURCE_NAME_PATTERN = rf"^({_DNS_SUBDOMAIN}/)?{_NAME_PART}$"
-_RE_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
-_RE_LABEL = re.compile(DNS_LABEL_PATTERN)
 _RE_NAME_PART = re.compile(rf"^{_NAME_PART}$")
-
-
-def _subdomain(v: str) -> str:
-    if len(v) > 253 or not _RE_SUBDOMAIN.match(v):
-        raise ValueError(
-            f"{v!r} is not a valid name: lowercase letters, digits, '-' and '.', "
-            "starting and ending alphanumeric, at most 253 characters"
-        )
-    return v
-
-
-def _label(v: str) -> str:
-    if len(v) > 63 or not _RE_LABEL.match(v):
-        raise ValueError(
-            f"{v!r} is not a valid name: lowercase letters, digits and '-', "
-            "starting and ending alphanumeric, at most 63 characters"
-        )
-    return v
+_subdomain = check_dns_subdomain
+_label = check_dns_label
 
 
 def check_resource_name(name: str) -> str:
@@ -200,6 +178,9 @@ def quota_resource(name: str, device_classes: Collection[str]) -> QuotaResource:
     if sep and prefix in device_classes:
         return QuotaResource(name, "capacity", device_class=prefix, capacity=part)
     return QuotaResource(name, "extended" if sep else "native")
+
+
+_LEDGER_LIMIT = "1e29"  # validation.LEDGER_QUANTITY_LIMIT as CRD CEL rules write it
 
 
 def _nonneg(q: Quantity | None, path: str) -> None:
@@ -318,7 +299,7 @@ class FairSharing(SpecModel):
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
         CelRule(
-            "!has(self.weight) || quantity(string(self.weight)).sign() >= 0",
+            "!has(self.weight) || sign(quantity(string(self.weight))) >= 0",
             "weight must be non-negative",
         ),
     )
@@ -364,14 +345,23 @@ class ResourceQuota(SpecModel):
     )
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
-        CelRule("quantity(string(self.nominalQuota)).sign() >= 0", "nominalQuota must be non-negative"),
+        CelRule("sign(quantity(string(self.nominalQuota))) >= 0", "nominalQuota must be non-negative"),
         CelRule(
-            "!has(self.borrowingLimit) || quantity(string(self.borrowingLimit)).sign() >= 0",
+            "!has(self.borrowingLimit) || sign(quantity(string(self.borrowingLimit))) >= 0",
             "borrowingLimit must be non-negative",
         ),
         CelRule(
-            "!has(self.lendingLimit) || quantity(string(self.lendingLimit)).sign() >= 0",
+            "!has(self.lendingLimit) || sign(quantity(string(self.lendingLimit))) >= 0",
             "lendingLimit must be non-negative",
+        ),
+        CelRule(
+            f"quantity(string(self.nominalQuota)).compareTo(quantity('{_LEDGER_LIMIT}')) < 0",
+            "nominalQuota must be less than 1e29 (the ledger stores quantities as NUMERIC(38, 9))",
+        ),
+        CelRule(
+            "!has(self.borrowingLimit) || "
+            f"quantity(string(self.borrowingLimit)).compareTo(quantity('{_LEDGER_LIMIT}')) < 0",
+            "borrowingLimit must be less than 1e29 (the ledger stores quantities as NUMERIC(38, 9))",
         ),
         CelRule(
             "!has(self.lendingLimit) || "
@@ -385,6 +375,16 @@ class ResourceQuota(SpecModel):
         _nonneg(self.nominal_quota, "nominalQuota")
         _nonneg(self.borrowing_limit, "borrowingLimit")
         _nonneg(self.lending_limit, "lendingLimit")
+        for q, wire in (
+            (self.nominal_quota, "nominalQuota"),
+            (self.borrowing_limit, "borrowingLimit"),
+            (self.lending_limit, "lendingLimit"),
+        ):
+            if q is not None:
+                try:
+                    check_storable(q)
+                except ValueError as e:
+                    raise FieldError(wire, str(e)) from None
         if self.lending_limit is not None and self.lending_limit > self.nominal_quota:
             raise FieldError(
                 "lendingLimit",

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
-from queueing.api.base import KubeObject, format_validation_error
+from queueing.api.base import KubeObject
 from queueing.api.core import Job, Node, Pod
+from queueing.api.registry import format_errors
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from queueing.manifests import ManifestError, read_documents
 
@@ -83,6 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_objects(paths: list[str]) -> tuple[list[KubeObject], list[str]]:
     """Parse all objects; returns (objects, warnings). Raises InputError on bad input."""
+    from queueing.dra.cel_cost import selector_problems
+
     objects: list[KubeObject] = []
     warnings: list[str] = []
     try:
@@ -102,10 +105,12 @@ def load_objects(paths: list[str]) -> tuple[list[KubeObject], list[str]]:
         try:
             parsed = model.model_validate(obj)
         except ValidationError as e:
-            first = format_validation_error(e, ref).split("; ")[0]
-            raise InputError(first) from None
+            raise InputError(f"{ref}: {format_errors(e)[0]}") from None
         if not parsed.name:
             raise InputError(f"{ref}: metadata.name: required")
+        problems = selector_problems(parsed)  # what the API server refuses: compile errors, cost
+        if problems:
+            raise InputError(f"{ref}: {problems[0]}")
         objects.append(parsed)
     return objects, warnings
 

@@ -36,9 +36,11 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from queueing.api.quantity import Quantity, QuantityError
+from queueing.api.validation import SEMVER_RE
 
 __all__ = [
     "CELCompileError",
+    "CELCostError",
     "CELError",
     "CELRuntimeError",
     "CompiledSelector",
@@ -79,6 +81,11 @@ class CELRuntimeError(CELError):
     """Evaluation failed (missing map key, bad quantity string, overflow, non-bool result, ...)."""
 
 
+class CELCostError(CELRuntimeError):
+    """Evaluation stopped at the runtime's cost (iteration) budget: an error of the expression, reported
+    for its object like any other runtime error."""
+
+
 class VersionError(ValueError):
     """The text is not a semantic version (semver 2.0.0)."""
 
@@ -86,13 +93,7 @@ class VersionError(ValueError):
 # ---------------------------------------------------------------------------------------------------
 # semantic versions
 
-_NUM = r"0|[1-9][0-9]*"
-_PRE_ID = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
-_SEMVER_RE: Final = re.compile(
-    rf"^(?P<major>{_NUM})\.(?P<minor>{_NUM})\.(?P<patch>{_NUM})"
-    rf"(?:-(?P<pre>{_PRE_ID}(?:\.{_PRE_ID})*))?"
-    r"(?:\+(?P<build>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?$"
-)
+_SEMVER_RE: Final = SEMVER_RE  # the one definition, with the API validation of version attributes
 
 
 @total_ordering
@@ -631,8 +632,8 @@ class CompiledSelector:
     def matches(self, device: DeviceInput) -> bool:
         try:
             result = self._program.eval(self._activation(device))
-        except RuntimeError as e:  # the engine's own limits (iteration budget, recursion depth)
-            raise CELRuntimeError(self.expression, f"evaluation failed: {_runtime_message(str(e))}") from None
+        except RuntimeError as e:  # cel-cpp aborts (iteration budget, internal limits): per selector
+            raise _eval_abort(self.expression, str(e)) from None
         value = result.value()
         if value is True or value is False:
             return bool(value)
@@ -643,8 +644,24 @@ class CompiledSelector:
             self.expression, f"must evaluate to bool, not {kind.name().lower()} ({value!r})"
         )
 
+    def serialized(self) -> bytes:
+        """The checked expression as protobuf (``google.protobuf.Any`` of ``cel.expr.CheckedExpr``),
+        read by ``cel_cost.estimated_cost``."""
+        return bytes(self._program.serialize())
+
     def __repr__(self) -> str:
         return f"CompiledSelector({self.expression!r})"
+
+
+def _eval_abort(expression: str, raw: str) -> CELRuntimeError:
+    text = _clean_status(raw)
+    if "budget" in text.lower() or "cost" in text.lower():
+        return CELCostError(
+            expression,
+            f"evaluation failed: cost limit exceeded ({text}): the expression iterates too much "
+            "(e.g. nested comprehensions over large lists)",
+        )
+    return CELRuntimeError(expression, f"evaluation failed: {_runtime_message(text)}")
 
 
 def _runtime_message(raw: str) -> str:
@@ -717,3 +734,15 @@ _DEFAULT_ENV: Final = _new_env()
 def compile_selector(expression: str, *, driver_hint: str | None = None) -> CompiledSelector:
     """Compile without a cache (use :class:`SelectorCompiler` to compile each expression once)."""
     return _compile(_DEFAULT_ENV, expression, driver_hint)
+
+
+def rule_environment(variables: Iterable[str]) -> Any:
+    """A CEL environment with the same Kubernetes libraries (quantity, semver, strings, lists, regex,
+    sets, optionals) and the given variables, each of the dynamic type: what CRD validation rules
+    (``x-kubernetes-validations``: ``self``, ``oldSelf``) are compiled in. Used by the API emulator."""
+    return cel.NewEnv(
+        _POOL,
+        variables={name: cel.Type.DYN for name in variables},
+        extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings(), ext_optional.ExtOptional()],
+        functions=_functions(),
+    )

@@ -22,6 +22,7 @@ from fractions import Fraction
 from sqlalchemy import exc as sa
 
 from queueing.api.quantity import Quantity
+from queueing.api.validation import LEDGER_QUANTITY_LIMIT
 
 __all__ = [
     "AMOUNT_INTEGER_DIGITS",
@@ -35,7 +36,7 @@ __all__ = [
 
 AMOUNT_SCALE = 9  # fractional digits of the amount column
 AMOUNT_INTEGER_DIGITS = 38 - AMOUNT_SCALE  # NUMERIC(38, 9)
-MAX_AMOUNT = 10**AMOUNT_INTEGER_DIGITS  # exclusive bound of an amount's absolute value
+MAX_AMOUNT = LEDGER_QUANTITY_LIMIT  # exclusive bound of an amount's absolute value: 10**AMOUNT_INTEGER_DIGITS
 
 
 def amount_error(q: Quantity) -> str | None:

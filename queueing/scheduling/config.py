@@ -40,7 +40,9 @@ __all__ = [
 
 PreemptionStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
 
-_DUR = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DUR = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")  # ASCII digits only, as Go
+# Go's time.Duration is int64 nanoseconds: ParseDuration refuses anything longer (about 292 years)
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -53,8 +55,10 @@ def parse_duration(v: object) -> float:
     if isinstance(v, bool):
         raise ValueError(f"not a duration: {v!r}")
     if isinstance(v, int | float):
-        if v < 0:
+        if not v >= 0:  # also NaN
             raise ValueError(f"duration must not be negative: {v!r}")
+        if v > MAX_DURATION_SECONDS:
+            raise ValueError(f"duration too long: {v!r} (at most {MAX_DURATION_SECONDS:.0f} seconds)")
         return float(v)
     if not isinstance(v, str):
         raise ValueError(f"not a duration: {v!r}")
@@ -69,8 +73,14 @@ def parse_duration(v: object) -> float:
         total += float(m.group(1)) * _UNIT[m.group(2)]
         pos = m.end()
     if pos != len(s) or not s:
-        raise ValueError(f'not a duration: {v!r} (use e.g. "90s", "5m", "1h30m")')
+        raise ValueError(f'not a duration: {_short(v)} (use e.g. "90s", "5m", "1h30m")')
+    if total > MAX_DURATION_SECONDS:
+        raise ValueError(f"duration too long: {_short(v)} (at most about 292 years, as Go's time.Duration)")
     return total
+
+
+def _short(v: str) -> str:
+    return repr(v if len(v) <= 60 else v[:57] + "...")
 
 
 class _Model(BaseModel):

@@ -43,6 +43,7 @@ from queueing.api.v1beta1 import (
     Workload,
     WorkloadPriorityClass,
 )
+from queueing.dra.cel_cost import selector_problems
 from queueing.scheduling.config import parse_duration
 from queueing.scheduling.from_api import ApiContext, FromApiError, QueueSpecs, queue_specs, workload_info
 from queueing.scheduling.jobs import (
@@ -144,6 +145,9 @@ def load_objects(paths: Iterable[str]) -> tuple[list[KubeObject], list[str]]:
             and not o.namespace
         ):
             o.metadata.namespace = "default"
+        problems = selector_problems(o)  # what the API server refuses: compile errors, cost
+        if problems:
+            raise ScenarioError(f"{o.kind} {o.key}: {problems[0]}")
         ident = (type(o).__name__, o.key)
         if ident in seen:
             raise ScenarioError(f"{o.kind} {o.key}: metadata.name: defined twice ({seen[ident]} and {where})")
@@ -219,7 +223,13 @@ def load_scenario(paths: Iterable[str], *, extended_resources: bool = True) -> S
             wl = workload_for_pod_group(pods, wpcs, pcs)
         except WorkloadError as e:
             raise ScenarioError(str(e)) from None
-        total = int(pods[0].annotations.get("queueing.dra.io/pod-group-total-count", "0"))
+        raw_total = pods[0].annotations.get("queueing.dra.io/pod-group-total-count", "0")
+        if not (raw_total.isascii() and raw_total.isdigit() and len(raw_total) <= 10):
+            raise ScenarioError(
+                f"Pod {pods[0].key}: metadata.annotations[queueing.dra.io/pod-group-total-count]: "
+                f"must be a non-negative integer, got {raw_total[:40]!r}"
+            )
+        total = int(raw_total)
         if len(pods) < total:
             raise ScenarioError(
                 f"Pod {pods[0].key}: metadata.annotations[queueing.dra.io/pod-group-total-count]: "

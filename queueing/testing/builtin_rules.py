@@ -12,6 +12,10 @@ cluster would refuse is refused by the emulator too.
 * Job update: ``selector``, ``completions`` and ``completionMode`` are immutable; ``spec.template`` is
   immutable except, for a suspended Job that never started (no ``status.startTime``), its labels,
   annotations, ``nodeSelector``, ``affinity``, ``tolerations`` and ``schedulingGates``.
+* resource.k8s.io kinds (create and update): the API server's validation as the ``queueing.api`` models
+  apply it (names, list limits, attribute typing, non-negative capacities, ``count`` >= 1, ...), and
+  CEL selectors that do not compile or whose estimated cost is over the API server's limit
+  (``queueing.dra.cel_cost``). ``Store.api_validation = False`` turns this off (and CRD rules).
 * ResourceClaim / ResourceClaimTemplate: ``spec`` is immutable; a claim's ``status.allocation``, once
   set, cannot be replaced by a different one (it can be removed).
 """
@@ -19,6 +23,7 @@ cluster would refuse is refused by the emulator too.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from typing import Any
 
@@ -26,7 +31,7 @@ from queueing.testing.defaults import validate_job
 from queueing.testing.resources import ResourceType
 from queueing.testing.schema import FieldError
 
-__all__ = ["validate_create", "validate_update"]
+__all__ = ["validate_create", "validate_resource_object", "validate_update"]
 
 POD_UPDATE_MESSAGE = (
     "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,"
@@ -152,3 +157,50 @@ def _job_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
     if ot != nt:
         errs.append(_immutable("spec.template", ns_.get("template")))
     return errs
+
+
+def validate_resource_object(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
+    """A resource.k8s.io object as kube-apiserver validates it (the one copy of those rules is the
+    ``queueing.api`` models; selectors through ``queueing.dra.cel_cost``)."""
+    from queueing.api.registry import ObjectError, model_for, parse_object
+
+    if model_for(f"{rt.group}/{rt.version}", rt.kind) is None:
+        return []
+    body = dict(obj, apiVersion=f"{rt.group}/{rt.version}", kind=rt.kind)
+    try:
+        parsed = parse_object(body)
+    except ObjectError as e:
+        return [_invalid(p) for p in e.problems]
+    except RecursionError:
+        return [_invalid("<root>: nested too deeply")]
+    out = []
+    for path, expression, _hint in _selector_paths(parsed):
+        problem = _selector_problem(expression)
+        if problem:
+            out.append(
+                FieldError(path, "FieldValueInvalid", f"{path}: Invalid value: {_fmt(expression)}: {problem}")
+            )
+    return out
+
+
+def _invalid(problem: str) -> FieldError:
+    path, _, msg = problem.partition(": ")
+    return FieldError(path, "FieldValueInvalid", f"{path}: Invalid value: {msg}")
+
+
+def _selector_paths(obj: Any) -> list[tuple[str, str, str | None]]:
+    from queueing.dra.cel_cost import selector_expressions
+
+    return selector_expressions(obj)
+
+
+@functools.lru_cache(maxsize=4096)
+def _selector_problem(expression: str) -> str | None:
+    from queueing.dra.cel import CELCompileError, CELCostError
+    from queueing.dra.cel_cost import check_selector_cost
+
+    try:
+        check_selector_cost(expression)
+    except (CELCompileError, CELCostError) as e:
+        return e.message
+    return None

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from queueing.testing import builtin_rules, defaults
+from queueing.testing import builtin_rules, crd_rules, defaults
 from queueing.testing import schema as schemas
 from queueing.testing.admission import (
     BINDINGS_KEY,
@@ -226,6 +226,11 @@ class Store:
         self._expiry: builtins.list[tuple[datetime, str, tuple[str, str], str]] = []
         self.events_expired = 0
         self._owned: dict[str, set[tuple[str, tuple[str, str]]]] = {}  # owner uid -> dependents
+        # the API server's validation beyond the structural schema: CRD rules (x-kubernetes-validations,
+        # CEL) and the resource.k8s.io kinds (the queueing.api models: names, limits, CEL selectors
+        # that do not compile or cost too much). False stores such objects anyway, as written under an
+        # older API server or CRD version, for tests of how the controller copes with them.
+        self.api_validation = True
         # fieldValidation of the request being served (Strict/Warn/Ignore) and the warnings it produced
         self.field_validation = "Warn"
         self.warnings: list[str] = []
@@ -358,7 +363,9 @@ class Store:
                 f"{rt.plural} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
             )
 
-    def _check_schema(self, rt: ResourceType, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+    def _check_schema(
+        self, rt: ResourceType, name: str, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         errors: list[schemas.FieldError] = []
         meta = obj.get("metadata") or {}
         nm = meta.get("name") or ""
@@ -394,11 +401,24 @@ class Store:
             if self.field_validation != "Ignore":
                 self.warnings.extend(f'unknown field "{p}"' for p in pruned)
             errors.extend(schemas.validate(obj, rt.schema))
+            if not errors and self.api_validation:
+                errors.extend(crd_rules.validate_rules(obj, rt.schema, old))
+        elif self.api_validation and rt.group == "resource.k8s.io":
+            errors.extend(builtin_rules.validate_resource_object(rt, obj))
         if rt.key == CRD_KEY:
             try:
-                from_crd(obj)
+                new_rt = from_crd(obj)
             except ValueError as e:
                 errors.append(schemas.FieldError("spec", "FieldValueInvalid", f"spec: Invalid value: {e}"))
+            else:
+                for problem in crd_rules.compile_errors(new_rt.schema or {}) if self.api_validation else []:
+                    errors.append(
+                        schemas.FieldError(
+                            "spec.validation.openAPIV3Schema",
+                            "FieldValueInvalid",
+                            f"spec.validation.openAPIV3Schema: Invalid value: compilation failed: {problem}",
+                        )
+                    )
         if rt.key == POLICIES_KEY:
             errors.extend(compile_policy(obj)[1])
         if rt.key == BINDINGS_KEY:
@@ -666,7 +686,7 @@ class Store:
         errs = builtin_rules.validate_update(rt, old, new, subresource or "")
         if errs:
             raise ApiError.invalid(rt, name, errs)
-        new = self._check_schema(rt, name, new)
+        new = self._check_schema(rt, name, new, old)
         if new == old or dry_run:
             return copy.deepcopy(new)
         new["metadata"]["resourceVersion"] = str(self._next_rv())

@@ -140,7 +140,7 @@ async def test_invalid_objects_are_reported_not_cached(kube: KubeClient) -> None
         PODS, "good", {"status": {"conditions": [{"reason": "no type"}]}}, "default", subresource="status"
     )
     await eventually(lambda: inf.keys() == [], "the object turned invalid to leave the cache")
-    assert "Pod default/good: status.conditions.0.type: Field required" in inf.invalid["default/good"]
+    assert "Pod default/good: status.conditions[0].type: Field required" in inf.invalid["default/good"]
     await kube.patch(PODS, "good", {"status": {"conditions": []}}, "default", subresource="status")
     await eventually(lambda: inf.keys() == ["default/good"], "the fixed object to be cached")
     assert inf.invalid == {}

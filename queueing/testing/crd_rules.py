@@ -1,0 +1,154 @@
+"""CRD validation rules (``x-kubernetes-validations``) evaluated as kube-apiserver does, for the emulator.
+
+Each rule of a schema node is compiled once (in the CEL environment of ``queueing.dra.cel`` with the
+Kubernetes libraries, ``self`` and ``oldSelf`` of the dynamic type) and evaluated with ``self`` bound
+to the node's value. A rule that mentions ``oldSelf`` is a transition rule: evaluated on update only,
+where the old object has a value at the same place (properties by name, ``x-kubernetes-list-type: map``
+items by their keys). A rule that evaluates to false gives the API server's error::
+
+    spec.resourceGroups[0].flavors[0].resources[0]: Invalid value: "object": nominalQuota must be non-negative
+
+A rule that does not compile is refused when the CRD is created (as kube-apiserver does), so a CRD whose
+rules use a function the API server does not have never loads. A rule whose evaluation fails reports
+the failure as the error of that field; an evaluation that exceeds the runtime's cost budget likewise
+(kube-apiserver: ``validation failed due to running out of cost budget``).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from queueing.testing.schema import FieldError
+
+__all__ = ["compile_errors", "validate_rules"]
+
+_VARIABLES = ("self", "oldSelf")
+
+
+@cache
+def _env() -> Any:
+    from queueing.dra.cel import rule_environment
+
+    return rule_environment(_VARIABLES)
+
+
+@cache
+def _program(rule: str) -> Any:
+    """The compiled rule; raises RuntimeError (the engine's message) when it does not compile."""
+    return _env().compile(rule)
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def compile_errors(schema: dict[str, Any], path: str = "") -> list[str]:
+    """``path: rule: message`` for every rule of ``schema`` (recursively) that does not compile."""
+    out: list[str] = []
+    for i, r in enumerate(schema.get("x-kubernetes-validations") or []):
+        rule = r.get("rule") if isinstance(r, dict) else None
+        if not isinstance(rule, str):
+            continue
+        try:
+            _program(rule)
+        except RuntimeError as e:
+            out.append(f"{path or '<root>'}.x-kubernetes-validations[{i}].rule: {_one_line(str(e))}")
+    for key, sub in (schema.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            out.extend(compile_errors(sub, f"{path}.properties[{key}]" if path else f"properties[{key}]"))
+    for key in ("items", "additionalProperties"):
+        sub = schema.get(key)
+        if isinstance(sub, dict):
+            out.extend(compile_errors(sub, f"{path}.{key}" if path else key))
+    return out
+
+
+def validate_rules(value: Any, schema: dict[str, Any], old: Any = None, path: str = "") -> list[FieldError]:
+    """The rules of ``schema`` that ``value`` breaks (``old``: the stored object on update)."""
+    errs: list[FieldError] = []
+    _walk(value, schema, old, path, errs, root=True)
+    return errs
+
+
+def _walk(
+    value: Any, schema: dict[str, Any], old: Any, path: str, errs: list[FieldError], root: bool
+) -> None:
+    if value is None:
+        return
+    for r in schema.get("x-kubernetes-validations") or []:
+        if isinstance(r, dict) and isinstance(r.get("rule"), str):
+            _check(r, value, old, path, errs)
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        addl = schema.get("additionalProperties")
+        for key, item in value.items():
+            if root and key in ("apiVersion", "kind", "metadata"):
+                continue
+            sub = props.get(key) if key in props else (addl if isinstance(addl, dict) else None)
+            if isinstance(sub, dict):
+                prev = old.get(key) if isinstance(old, dict) else None
+                _walk(item, sub, prev, f"{path}.{key}" if path else key, errs, root=False)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        items = schema["items"]
+        keys = (
+            schema.get("x-kubernetes-list-map-keys")
+            if schema.get("x-kubernetes-list-type") == "map"
+            else None
+        )
+        olds: dict[str, Any] = {}
+        if keys and isinstance(old, list):
+            for o in old:
+                if isinstance(o, dict):
+                    olds[repr([o.get(k) for k in keys])] = o
+        for i, item in enumerate(value):
+            prev = olds.get(repr([item.get(k) for k in keys])) if keys and isinstance(item, dict) else None
+            _walk(item, items, prev, f"{path}[{i}]", errs, root=False)
+
+
+def _check(r: dict[str, Any], value: Any, old: Any, path: str, errs: list[FieldError]) -> None:
+    rule: str = r["rule"]
+    transition = "oldSelf" in rule
+    if transition and old is None:
+        return
+    field = path or "<nil>"
+    detail = r.get("message") or f"failed rule: {rule}"
+    try:
+        result = _program(rule).eval(_env().Activation({"self": value, "oldSelf": old}))
+        ok = result.value()
+        if ok is not True and ok is not False:
+            detail = f"failed to evaluate rule {rule!r}: {_one_line(str(ok))}"
+    except RuntimeError as e:  # the runtime's budget or an internal error
+        text = _one_line(str(e))
+        if "budget" in text.lower():
+            detail = (
+                "validation failed due to running out of cost budget, no further validation rules will "
+                f"be run ({text})"
+            )
+        else:
+            detail = f"failed to evaluate rule {rule!r}: {text}"
+        ok = False
+    except (TypeError, ValueError, OverflowError) as e:  # a value the engine cannot take (e.g. > int64)
+        detail = f"failed to evaluate rule {rule!r}: {e}"
+        ok = False
+    if ok is True:
+        return
+    reason = r.get("reason") or "FieldValueInvalid"
+    at = r.get("fieldPath")
+    if isinstance(at, str) and at:
+        field = f"{path}{at}" if at.startswith(".") or at.startswith("[") else f"{path}.{at}"
+    errs.append(FieldError(field, reason, f'{field}: Invalid value: "{_type_name(value)}": {detail}'))
