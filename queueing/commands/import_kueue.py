@@ -4,7 +4,7 @@
 
 Reads ``kueue.x-k8s.io`` ``v1beta1`` and ``v1beta2`` objects (YAML or JSON, multi-document, Lists,
 directories) and prints them as ``queueing.dra.io/v1beta1`` on stdout: ResourceFlavor, Cohort,
-ClusterQueue, LocalQueue and WorkloadPriorityClass. ``v1beta1`` is converted as Kueue converts it
+ClusterQueue, LocalQueue, WorkloadPriorityClass and Topology. ``v1beta1`` is converted as Kueue converts it
 (``spec.cohort`` -> ``spec.cohortName``, ``flavorFungibility`` ``Borrow``/``Preempt`` ->
 ``MayStopSearch``, ``admissionChecks`` -> ``admissionChecksStrategy``). Status and server-set metadata
 are dropped.
@@ -17,9 +17,9 @@ resource with a mapping to one DeviceClass is renamed to it (in ``coveredResourc
 to several DeviceClasses cannot be carried over (queueing's quota is per DeviceClass): that resource
 is left out, with a note.
 
-Every field queueing does not have (Kueue features it does not implement, e.g. admission checks,
-topology-aware scheduling) is left out of the object with a note naming the object, the field and
-why, as the API would reject it; kinds that have no counterpart (Workload, AdmissionCheck, Topology,
+Every field queueing does not have (Kueue features it does not implement, e.g. admission checks)
+is left out of the object with a note naming the object, the field and
+why, as the API would reject it; kinds that have no counterpart (Workload, AdmissionCheck,
 MultiKueue, ...) are left out with a note. Notes go to stderr. Objects of other API groups pass
 through unchanged, except that a Job's (and its pod template's) ``kueue.x-k8s.io/queue-name`` and
 ``kueue.x-k8s.io/priority-class`` labels become queueing's.
@@ -49,12 +49,11 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta1", "v1beta2")
 CONFIG_GROUP = "config.kueue.x-k8s.io"
 OURS = "queueing.dra.io/v1beta1"
-KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
+KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass", "Topology")
 NOT_CONVERTED = {
     "Workload": "Workloads are created by the controller from their Jobs: relabel the Jobs instead",
     "AdmissionCheck": "admission checks are not implemented",
     "ProvisioningRequestConfig": "admission checks are not implemented",
-    "Topology": "topology-aware scheduling is not implemented (use the pod-set topology annotations)",
     "MultiKueueConfig": "MultiKueue is not implemented",
     "MultiKueueCluster": "MultiKueue is not implemented",
 }

@@ -24,7 +24,7 @@ from queueing.kube.client import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
 )
-from queueing.kube.writes import each, is_not_found
+from queueing.kube.writes import describe_error, each, is_invalid, is_not_found
 from queueing.ledger.errors import is_data_error
 from queueing.ledger.quota import quota_specs
 from queueing.ledger.state import ClusterQueueSpec as LedgerClusterQueue
@@ -154,7 +154,9 @@ class QueueSync(AdmissionExecutor):
                         what=f"status of ClusterQueue {name}",
                     )
                 except Exception as e:
-                    if not is_not_found(e):
+                    if is_invalid(e):  # its own spec breaks the CRD's rules: the Warning Event says why
+                        log.warning("ClusterQueue %s: status not written: %s", name, describe_error(e))
+                    elif not is_not_found(e):
                         raise
                 self._invalid_status[name] = why
 

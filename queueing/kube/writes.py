@@ -62,6 +62,12 @@ def is_not_found(e: BaseException) -> bool:
     return isinstance(e, ApiException) and e.status == 404
 
 
+def is_invalid(e: BaseException) -> bool:
+    """422 Invalid: the API server refuses the write because of the object's own data (e.g. a CRD rule
+    on a spec stored before the rule existed, which a status write must still pass)."""
+    return isinstance(e, ApiException) and e.status == 422
+
+
 def _retryable(e: BaseException) -> bool:
     if isinstance(e, ApiException):
         return e.status in RETRYABLE_STATUS and not is_already_exists(e)

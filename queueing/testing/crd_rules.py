@@ -125,6 +125,11 @@ def _check(r: dict[str, Any], value: Any, old: Any, path: str, errs: list[FieldE
     transition = "oldSelf" in rule
     if transition and old is None:
         return
+    if not transition and old is not None and value == old:
+        # validation ratcheting (CRDValidationRatcheting, GA in 1.33): an update that leaves a value as
+        # it was is not refused for that value's rules (a status write to an object stored before a
+        # rule existed, or with validation off, still goes through)
+        return
     field = path or "<nil>"
     detail = r.get("message") or f"failed rule: {rule}"
     try:

@@ -41,14 +41,10 @@ def test_kueue_samples_convert_and_say_what_was_left_out() -> None:
         "Job team-a/sample-job: Kueue's queue labels renamed to queueing's",
         "ClusterQueue team-b: spec.admissionChecksStrategy: left out: admission checks are a Kueue field "
         "queueing does not implement",
-        "ResourceFlavor gpu-nodes: spec.topologyName: left out: topology-aware scheduling is a Kueue field "
-        "queueing does not implement",
         "ClusterQueue team-a: spec.admissionChecksStrategy: left out: admission checks are a Kueue field "
         "queueing does not implement",
-        "Topology default-topology: not converted: topology-aware scheduling is not implemented (use the "
-        "pod-set topology annotations)",
     ]
-    assert "4 thing(s) not converted" in err
+    assert "2 thing(s) not converted" in err
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in docs)
     assert kinds == [
         ("ClusterQueue", "team-a"),
@@ -59,8 +55,13 @@ def test_kueue_samples_convert_and_say_what_was_left_out() -> None:
         ("LocalQueue", "user-queue"),
         ("ResourceFlavor", "default-flavor"),
         ("ResourceFlavor", "gpu-nodes"),
+        ("Topology", "default-topology"),
         ("WorkloadPriorityClass", "high-priority"),
-    ]  # fmt: skip  (Kueue's ConfigMap and the Topology are not among them)
+    ]  # fmt: skip  (Kueue's ConfigMap is not among them)
+    assert by(docs, "ResourceFlavor", "gpu-nodes")["spec"]["topologyName"] == "default-topology"
+    assert by(docs, "Topology", "default-topology")["spec"] == {
+        "levels": [{"nodeLabel": "kubernetes.io/hostname"}]
+    }
     assert all(d["apiVersion"] == "queueing.dra.io/v1beta1" for d in docs if d["kind"] != "Job")
     a = by(docs, "ClusterQueue", "team-a")
     # the deviceClassMapping example.com/gpu -> gpu.example.com (from Kueue's ConfigMap)
@@ -79,7 +80,6 @@ def test_kueue_samples_convert_and_say_what_was_left_out() -> None:
     assert b["spec"]["resourceGroups"][0]["coveredResources"] == ["cpu", "memory", "gpu.example.com"]
     assert by(docs, "Cohort", "research")["spec"] == {"parentName": "org", "fairSharing": {"weight": "2"}}
     assert by(docs, "WorkloadPriorityClass", "high-priority")["value"] == 10000
-    assert "topologyName" not in by(docs, "ResourceFlavor", "gpu-nodes")["spec"]
     job = by(docs, "Job", "sample-job")
     assert job["metadata"]["labels"] == {
         "queueing.dra.io/queue-name": "user-queue",
