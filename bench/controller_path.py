@@ -39,6 +39,7 @@ from queueing.api.base import KubeObject
 from queueing.api.core import Job, Pod
 from queueing.api.registry import parse_object
 from queueing.cache import ClusterCache, light_pod
+from queueing.gcpolicy import paused
 from queueing.scheduling.cycle import CycleMemo, run_cycle
 from queueing.scheduling.dra_placer import DraPlacer, DraState
 from queueing.scheduling.from_api import ApiContext, queue_specs, workload_info
@@ -198,8 +199,9 @@ def large_cycle(pending: int, cycles: int = 5) -> None:
       objects built before (scenario, cache, and what the first cycle left in the cache's placer)
       frozen (``gc.freeze``, as ``admission.long_lived`` leaves them);
     * ``memo``: one ``CycleMemo`` kept from cycle to cycle (what the simulator does);
-    * ``memo, no gc``: also without automatic collection during the cycle (the simulator's policy:
-      collected explicitly between cycles, the time of that collection printed apart).
+    * ``memo, no gc``: also without automatic collection during the cycle (``queueing.gcpolicy.paused``:
+      what ``queueing run`` does since session 6, and the simulator's policy; collected explicitly
+      between cycles here, the time of that collection printed apart).
 
     Wall and CPU seconds per cycle (median of ``cycles``); CPU is what the cycle costs, wall adds
     whatever else ran on the cores."""
@@ -247,13 +249,13 @@ def large_cycle(pending: int, cycles: int = 5) -> None:
     ):
         walls, cpus = [], []
         for _ in range(cycles):
-            if not auto:
-                gc.disable()
-            w, c, res = measured(memo_of())
-            if not auto:
-                dt, _ = timed(gc.collect)
+            if auto:
+                w, c, res = measured(memo_of())
+            else:
+                with paused():
+                    w, c, res = measured(memo_of())
+                    dt, _ = timed(gc.collect)
                 collect_t.append(dt)
-                gc.enable()
             assert _cycle_decisions(res) == decided, f"{label}: the cycle decided differently"
             res = None
             walls.append(w)

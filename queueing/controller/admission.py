@@ -43,6 +43,7 @@ from queueing.controller.plan import (
     with_condition,
 )
 from queueing.faults import fault_point
+from queueing.gcpolicy import paused
 from queueing.kube.writes import describe_error, each
 from queueing.ledger.errors import is_data_error
 from queueing.ledger.repository import AlreadyAdmitted
@@ -186,19 +187,20 @@ class AdmissionExecutor(Eviction):
         if self.verify:
             scheduling = scheduling.model_copy(update={"verify": True})
         # isolation: a workload whose evaluation raises is left out (with its reason), the rest go on
-        result, failed = isolate_cycle(
-            lambda some: run_cycle(
-                snapshot
-                if some is None
-                else dataclasses.replace(snapshot, backlog=Backlog(some, released=now)),
-                placer,
-                now,
-                scheduling,
-                memo=self._memo,
-            ),
-            lambda: list(snapshot.backlog or ()),
-            lambda w: w.key,
-        )
+        with paused():  # no automatic collection walks the long-lived state during the cycle (gcpolicy)
+            result, failed = isolate_cycle(
+                lambda some: run_cycle(
+                    snapshot
+                    if some is None
+                    else dataclasses.replace(snapshot, backlog=Backlog(some, released=now)),
+                    placer,
+                    now,
+                    scheduling,
+                    memo=self._memo,
+                ),
+                lambda: list(snapshot.backlog or ()),
+                lambda w: w.key,
+            )
         spent = time.perf_counter() - t0
         for key, why in failed.items():
             await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", why))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 
 from queueing.api.v1beta1 import (
@@ -47,6 +48,7 @@ from queueing.controller.base import (
 from queueing.controller.evict import Evicting
 from queueing.controller.queue_sync import QueueSync
 from queueing.dra.verify import VerifyError
+from queueing.gcpolicy import keep_long_lived
 from queueing.kube.client import (
     CLUSTER_QUEUES,
     COHORTS,
@@ -72,6 +74,10 @@ from queueing.scheduling.from_api import (
 )
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
 
+#: after the first completed sync, and every this many after it, the state alive is kept out of later
+#: garbage collections (``queueing/gcpolicy.py``): the state grows with arrivals
+KEEP_LONG_LIVED_EVERY = 100
+
 __all__ = [
     "CLUSTER_QUEUES",
     "COHORTS",
@@ -86,6 +92,8 @@ __all__ = [
 
 class Controller(QueueSync):
     """``await c.start()`` (informers synced, ledger recovered, loop running) ... ``await c.stop()``."""
+
+    _completed_syncs = 0  # syncs that ran to the end (keep_long_lived after the first, then every so often)
 
     async def start(self, timeout: float = 60.0, *, lead: bool = True) -> None:
         """Start the informers and wait for them; with ``lead`` also start admitting and evicting
@@ -142,6 +150,8 @@ class Controller(QueueSync):
         await self.end_leading(graceful)
         for i in self.informers:
             await i.stop()
+        if self._completed_syncs:
+            gc.unfreeze()  # what keep_long_lived kept is collectable again (this state is let go)
 
     async def _loop(self) -> None:
         while True:
@@ -162,6 +172,10 @@ class Controller(QueueSync):
                 else:
                     self.outage.succeeded()
                     self.last_sync_completed = time.monotonic()
+                    self._completed_syncs += 1
+                    if self._completed_syncs % KEEP_LONG_LIVED_EVERY == 1:
+                        # the state built so far lives on: later collections skip it (gcpolicy)
+                        keep_long_lived()
             self.stats.synced += 1  # dashboard: a state taken mid-sync is retaken after it
             self.synced.set()
 

@@ -115,7 +115,7 @@ def test_h200_mig_devices_are_laid_out_at_their_placement_starts() -> None:
     for c in layout.cards:
         assert c.slices == h200.SLICES and c.key is not None and c.label == c.key[2]
     seen = 0
-    for d in slices[0].spec.devices:
+    for d in (d for s in slices for d in s.spec.devices):  # one slice per GPU (at most 128 devices a slice)
         card, start, size = layout.where[("gpu.nvidia.com", "h200-0", d.name)]
         attrs = d.attributes or {}
         gpu = attrs["parentIndex"].int_ if "parentIndex" in attrs else attrs["index"].int_
@@ -231,7 +231,7 @@ def test_device_states_on_the_map_evicting_claimed_and_tainted() -> None:
     hw = h200.hardware()
     raw = h200.node_slices("h200-0", hw, gpus=2, mig=True)
     taint = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
-    for d in raw[0]["spec"]["devices"]:
+    for d in (d for s in raw for d in s["spec"]["devices"]):  # one slice per GPU
         if d["name"] == "gpu-1":
             d["taints"] = [taint]
     slices = [ResourceSlice.model_validate(s) for s in raw]

@@ -11,6 +11,7 @@ once, ``/readyz`` is 200, the metric 0."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -20,8 +21,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 
-from queueing.cli import main
+from queueing.commands.run import serve
 from queueing.config import Config
 from queueing.controller.process import ControllerProcess
 from queueing.kube.client import JOBS, LEASES, KubeClient, api_client_for_url
@@ -126,32 +128,24 @@ async def test_a_20s_ledger_outage_logs_a_handful_of_lines(
         await proxy.down()
 
 
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "http://127.0.0.1:9"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-"""
-
-
-def test_run_with_the_ledger_unreachable_at_start_exits_2_with_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+async def test_run_with_the_ledger_unreachable_at_start_exits_2_with_one_line(
+    emu: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``queueing run`` whose database does not answer at start: exit 2, one line naming the kind of
-    error (not a traceback, not a misleading "cannot serve the metrics"). The ledger is the first thing
-    it talks to, so the cluster is not needed."""
+    """``queueing run`` whose database does not answer at start (the cluster checks passed): exit 2, one
+    line naming the kind of error (not a traceback, not a misleading "cannot serve the metrics")."""
     cfg = tmp_path / "config.yaml"
     cfg.write_text(
+        "leaderElection:\n  leaderElect: false\n"
         f"metrics:\n  bindAddress: 127.0.0.1:{free_port()}\n"
         f"health:\n  healthProbeBindAddress: 127.0.0.1:{free_port()}\n"
     )
-    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
-    monkeypatch.setenv("QUEUEING_CONFIG", str(cfg))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(emu.kubeconfig()))
     monkeypatch.setenv(
         "QUEUEING_DATABASE_URL", f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/nothing"
     )
-    code = main(["run", "--skip-migrations", "--kubeconfig", str(tmp_path / "kubeconfig")])
+    args = argparse.Namespace(config=str(cfg), kubeconfig=str(kubeconfig), context=None, skip_migrations=True)
+    code = await serve(args)
     err = capsys.readouterr().err
     assert code == 2, err
     assert err == "queueing run: the ledger database is unreachable (ConnectionRefusedError)\n", err
