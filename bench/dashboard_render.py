@@ -28,7 +28,8 @@ from admission import reference_loop
 
 from queueing.api.resource import ResourceSlice
 from queueing.dashboard.model import DashboardInput, PlannedPod, devices_view
-from queueing.dashboard.server import DashboardServer, _collector_paused
+from queueing.dashboard.server import DashboardServer
+from queueing.gcpolicy import paused
 from queueing.scheduling.snapshot import (
     AdmittedWorkload,
     ClusterQueueSpec,
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     t1 = time.perf_counter()
     import json
 
-    with _collector_paused():  # as the server builds it
+    with paused():  # as the server builds it
         body = json.dumps(devices_view(inp), separators=(",", ":"))
     view = time.perf_counter() - t1
     res = asyncio.run(first_render(inp, args.runs))

@@ -6,8 +6,10 @@ scheduling cycle allocates enough to trigger several. On the large shape (2,500 
 pending) the collections took more than the cycle itself (``bench/controller_path.py
 --large-cycle``). So:
 
-* :func:`paused`: no automatic collection during one synchronous stretch (a scheduling cycle: no
-  other code runs meanwhile, and what it leaves is collected by the next automatic pass afterwards);
+* :func:`paused`: no automatic collection during one synchronous stretch (a scheduling cycle, the
+  dashboard building a view: no other code runs meanwhile, and what it leaves is collected by the
+  next automatic pass afterwards; the dashboard's device map of 2,500 nodes x 8 GPUs took 1.6-1.8 s
+  with collections and 0.43 s without);
 * :func:`keep_long_lived`: collect once, then move everything alive into the permanent generation
   (``gc.freeze``), so later passes skip it. Called after the first sync and now and then after that,
   as the state grows with arrivals.
