@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from queueing.api.validation import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from queueing.testing import builtin_rules, crd_rules, defaults
 from queueing.testing import schema as schemas
 from queueing.testing.admission import (
@@ -50,8 +51,8 @@ NS_KEY = "/namespaces"
 JOBS_KEY = "batch/jobs"
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
+_LABEL = re.compile(DNS_LABEL_PATTERN)
 
 
 class ApiError(Exception):
