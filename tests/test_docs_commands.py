@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,8 +85,21 @@ def test_the_docs_show_runnable_commands() -> None:
     assert sum(len(c) for _, c in CASES) >= 10, [(p.name, len(c)) for p, c in CASES]
 
 
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ledger with data, so that reports have something to show: seeded once, copied per page."""
+    db = tmp_path_factory.mktemp("seed") / "ledger.db"
+    env = {k: v for k, v in os.environ.items() if k != "QUEUEING_CONFIG"}
+    seed = [sys.executable, "-m", "queueing", "simulate", "-f", str(ROOT / "examples" / "simulate"),
+            "--ledger", f"sqlite+aiosqlite:///{db}"]  # fmt: skip
+    subprocess.run(seed, cwd=db.parent, env=env, check=True, capture_output=True, timeout=120)
+    return db
+
+
 @pytest.mark.parametrize(("page", "commands"), CASES, ids=[str(p.relative_to(ROOT)) for p, _ in CASES])
-def test_doc_commands_run(page: Path, commands: list[tuple[int, list[str]]], tmp_path: Path) -> None:
+def test_doc_commands_run(
+    page: Path, commands: list[tuple[int, list[str]]], tmp_path: Path, seeded: Path
+) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "crds").symlink_to(ROOT / "crds")
     (tmp_path / "docs").symlink_to(ROOT / "docs")
@@ -94,9 +108,7 @@ def test_doc_commands_run(page: Path, commands: list[tuple[int, list[str]]], tmp
     url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
     env = {**os.environ, "QUEUEING_DATABASE_URL": url}
     env.pop("QUEUEING_CONFIG", None)
-    # a ledger with data, so that reports have something to show
-    seed = [sys.executable, "-m", "queueing", "simulate", "-f", "examples/simulate/", "--ledger", url]
-    subprocess.run(seed, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    shutil.copyfile(seeded, tmp_path / "ledger.db")
     for line, words in commands:
         args = list(words[1:])
         for i, a in enumerate(args):
