@@ -66,7 +66,7 @@ DATABASE = re.compile(r"postgresql(\+asyncpg)?://queueing:PASSWORD@db\.example\.
 PLACEHOLDER = re.compile(r"(?<![$\w])[A-Z][A-Z_]+\b(?!=)")
 # the markers of the acceptance timings, in docs/quickstart.md
 ADMITTED = "wait --for=jsonpath='{.spec.suspend}'=false job/finetune-llama-8b"
-FINISHED = "wait --for=condition=Finished workloads --all -A"
+FINISHED = "wait --for=condition=Finished workloads"
 
 
 def _examples_jobs() -> set[tuple[str, str]]:
