@@ -20,7 +20,8 @@ What the test puts where the pages name what only a real cluster or release has:
 - the database ``postgresql://queueing:PASSWORD@db.example.com:5432/queueing``: a throwaway database on
   the test PostgreSQL server holding a migrated ledger; ``pg_restore`` restores into a second, empty one
   (the page restores "into an empty database");
-- commands that tear the cluster down (``TEARDOWN``) run last, after every page's other commands;
+- commands that tear the cluster down (``TEARDOWN``) run last, after every page's other commands and
+  the checks of what the quickstart shows (a preemption's Event, the dashboard, the restored ledger);
 - ``BESIDE``: commands that need no cluster run in a second process while the cluster's run;
 - ``SKIP``: commands that cannot run here at all, each with the reason.
 
@@ -137,7 +138,6 @@ def test_fresh_clone_to_every_job_finished_and_every_command_of_the_pages(
     assert commands[0][2].startswith(CLONE), commands[0]
     assert any(c == "kubectl apply -f examples/jobs/" for _, _, c in commands)
     assert all(any(c.startswith(s) for _, _, c in commands) for s in SKIP), "a SKIP rule no page needs"
-    commands.sort(key=lambda c: c[2].startswith(TEARDOWN))  # stable: the rest keeps its order
 
     # a newcomer's shell: none of this checkout's or of the test run's settings
     env = {k: v for k, v in os.environ.items()
@@ -146,7 +146,7 @@ def test_fresh_clone_to_every_job_finished_and_every_command_of_the_pages(
     env["KUBECACHEDIR"] = str(tmp_path / "kube-cache")
     cwd = tmp_path
     dev: Dev | None = None
-    beside: list[tuple[str, subprocess.Popen[str]]] = []
+    beside: list[tuple[str, subprocess.Popen[bytes], IO[str]]] = []
     dashboard = ""
     t0 = time.monotonic()
     marks: dict[str, float] = {}
@@ -164,77 +164,84 @@ def test_fresh_clone_to_every_job_finished_and_every_command_of_the_pages(
         )  # fmt: skip
         return r
 
+    def step(page: str, line: int, command: str) -> None:
+        nonlocal cwd, dev, dashboard
+        started = time.monotonic()
+        if any(command.startswith(s) for s in SKIP):
+            why = next(r for s, r in SKIP.items() if command.startswith(s))
+            log.append(f"{'':>17}  skipped: {command}  ({why})")
+            return
+        if command.startswith(CLONE):
+            target = command.removeprefix(CLONE).strip()
+            run(page, line, f"git clone --quiet {ROOT} {target}")
+            patch = subprocess.run(["git", "-C", str(ROOT), "diff", "HEAD", "--binary"], capture_output=True,
+                                   check=True).stdout  # fmt: skip
+            if patch:  # the uncommitted changes of the checkout under test
+                subprocess.run(["git", "-C", str(cwd / target), "apply", "--binary", "-"], input=patch,
+                               check=True)  # fmt: skip
+            marks["clone"] = time.monotonic()
+        elif command.startswith("cd ") and " " not in command[3:].strip():
+            cwd = (cwd / command[3:].strip()).resolve()
+        elif command.startswith("export "):
+            name, _, value = command.removeprefix("export ").partition("=")
+            env[name] = run(page, line, f'printf %s "{value}"').stdout
+        elif " dev " in f" {command} ":
+            dev = Dev(command, cwd, env, tmp_path / "dev.log")
+            seen = dev.until("Stop with Ctrl-C", timeout=180)
+            marks["dev ready"] = time.monotonic()
+            # what the page shows it prints (ports, paths and counts aside)
+            shown = next(
+                b for lang, _, b in _blocks(PAGES[0].read_text()) if not lang and "Stop with Ctrl-C." in b
+            )
+            assert [_shape(s) for s in seen] == [_shape(s) for s in shown], seen
+            # what to try next: the kubeconfig and the example Jobs (a path typed from here)
+            assert any(s.strip() == f"export KUBECONFIG={cwd / '.dev' / 'kubeconfig'}" for s in seen), seen
+            assert any(s.strip().startswith("kubectl apply -f ") and "examples/jobs/" in s for s in seen)
+            dashboard = next(
+                s.split(": ", 1)[1].strip() for s in seen if s.startswith("dashboard (read-only): ")
+            )
+        elif command.startswith(BESIDE):
+            out = open(tmp_path / f"beside-{len(beside)}.log", "w+")  # noqa: SIM115
+            proc = subprocess.Popen(
+                ["bash", "-c", command], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+            beside.append((f"{page}:{line}: {command}", proc, out))
+        elif m := EXEC_RE.fullmatch(command):
+            container = _exec_env(m["ns"], m["target"], cwd, ledger, pg_host, pg_port)
+            run(page, line, _databases(m["command"], ledger, restored), **container)
+        else:
+            run(page, line, _databases(command, ledger, restored))
+        if command == "make install":
+            marks["install"] = time.monotonic()
+        log.append(f"{time.monotonic() - t0:6.1f}s (+{time.monotonic() - started:5.1f}s)  {command}")
+        if ADMITTED in command and "admitted" not in marks:
+            marks["admitted"] = time.monotonic()
+        if FINISHED in command and "finished" not in marks:
+            marks["finished"] = time.monotonic()
+            _every_example_job_complete(run, page, line)
+
     try:
         for page, line, command in commands:
-            started = time.monotonic()
-            if any(command.startswith(s) for s in SKIP):
-                log.append(
-                    f"{'':>17}  skipped: {command}  ({next(r for s, r in SKIP.items() if command.startswith(s))})"
-                )
-                continue
-            if command.startswith(CLONE):
-                target = command.removeprefix(CLONE).strip()
-                run(page, line, f"git clone --quiet {ROOT} {target}")
-                patch = subprocess.run(["git", "-C", str(ROOT), "diff", "HEAD", "--binary"], capture_output=True,
-                                       check=True).stdout  # fmt: skip
-                if patch:  # the uncommitted changes of the checkout under test
-                    subprocess.run(["git", "-C", str(cwd / target), "apply", "--binary", "-"], input=patch,
-                                   check=True)  # fmt: skip
-                marks["clone"] = time.monotonic()
-            elif command.startswith("cd ") and " " not in command[3:].strip():
-                cwd = (cwd / command[3:].strip()).resolve()
-            elif command.startswith("export "):
-                name, _, value = command.removeprefix("export ").partition("=")
-                env[name] = run(page, line, f'printf %s "{value}"').stdout
-            elif " dev " in f" {command} ":
-                dev = Dev(command, cwd, env, tmp_path / "dev.log")
-                seen = dev.until("Stop with Ctrl-C", timeout=180)
-                marks["dev ready"] = time.monotonic()
-                # what the page shows it prints (ports, paths and counts aside)
-                shown = next(
-                    b for lang, _, b in _blocks(PAGES[0].read_text()) if not lang and "Stop with Ctrl-C." in b
-                )
-                assert [_shape(s) for s in seen] == [_shape(s) for s in shown], seen
-                # what to try next: the kubeconfig and the example Jobs (a path typed from here)
-                assert any(s.strip() == f"export KUBECONFIG={cwd / '.dev' / 'kubeconfig'}" for s in seen), (
-                    seen
-                )
-                assert any(s.strip().startswith("kubectl apply -f ") and "examples/jobs/" in s for s in seen)
-                dashboard = next(
-                    s.split(": ", 1)[1].strip() for s in seen if s.startswith("dashboard (read-only): ")
-                )
-            elif command.startswith(BESIDE):
-                beside.append((f"{page}:{line}: {command}", subprocess.Popen(
-                    ["bash", "-c", command], cwd=cwd, env=env, text=True,
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))  # fmt: skip
-            elif m := EXEC_RE.fullmatch(command):
-                run(page, line, _databases(m["command"], ledger, restored), **_exec_env(m["ns"], m["target"], cwd,
-                    ledger, pg_host, pg_port))  # fmt: skip
-            else:
-                run(page, line, _databases(command, ledger, restored))
-            if command == "make install":
-                marks["install"] = time.monotonic()
-            log.append(f"{time.monotonic() - t0:6.1f}s (+{time.monotonic() - started:5.1f}s)  {command}")
-            if ADMITTED in command and "admitted" not in marks:
-                marks["admitted"] = time.monotonic()
-            if FINISHED in command and "finished" not in marks:
-                marks["finished"] = time.monotonic()
-                _every_example_job_complete(run, page, line)
+            if not command.startswith(TEARDOWN):  # those run last
+                step(page, line, command)
         assert dev is not None, "the quickstart never starts queueing dev"
         assert {"clone", "install", "admitted", "finished"} <= marks.keys(), marks
-        # the quickstart's preemption happened (not just both Jobs finishing one after the other)
+        # before the teardown: the quickstart's preemption happened (not just both Jobs finishing one
+        # after the other) ...
         events = json.loads(run("test", 0, "kubectl -n team-a get events -o json").stdout)["items"]
         preempted = [e for e in events
                      if e["reason"] == "Preempted" and e["involvedObject"]["name"] == "job-hyperparameter-sweep"]  # fmt: skip
         assert preempted and "job-release-eval" in preempted[-1]["message"], events[-5:]
-        # the dashboard queueing dev serves shows the example cluster's queues (issue #23)
+        # ... the dashboard queueing dev serves shows the example cluster's queues (issue #23) ...
         with urllib.request.urlopen(f"{dashboard}api/queues", timeout=30) as resp:
             assert resp.status == 200 and "team-a" in resp.read().decode()
-        # operations.md's restore put the backed-up ledger into the empty database
+        # ... and operations.md's restore put the backed-up ledger into the empty database
         assert migrate.current(restored) == migrate.head_revision()
-        for what, proc in beside:
-            out, _ = proc.communicate(timeout=400)
-            assert proc.returncode == 0, f"{what}\n{out[-3000:]}"
+        for page, line, command in commands:
+            if command.startswith(TEARDOWN):
+                step(page, line, command)
+        for what, proc, out in beside:
+            assert proc.wait(400) == 0, f"{what}\n{Path(out.name).read_text()[-3000:]}"
             log.append(f"{time.monotonic() - t0:6.1f}s  done beside: {what}")
         dev.proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert dev.proc.wait(60) == 0, dev.tail()
@@ -244,7 +251,7 @@ def test_fresh_clone_to_every_job_finished_and_every_command_of_the_pages(
         summary = _summary(t0, marks) + log
         record_property("timings", "\n".join(summary))
         print("\n".join(summary))
-        for _, proc in beside:
+        for _, proc, _ in beside:
             if proc.poll() is None:
                 proc.kill()
         if dev is not None and dev.proc.poll() is None:
