@@ -2,7 +2,7 @@
 examples/jobs/` → every Job Finished, timed; and every command of README.md and of docs/quickstart.md,
 docs/install.md and docs/operations.md runs as written, against that one `queueing dev`.
 
-The commands are every line of the pages' fenced ``sh`` blocks (``tests.test_docs_commands``'s
+The commands are every line of the pages' fenced shell blocks (``tests.test_docs_commands``'s
 extraction: continuation lines joined, comments dropped), quickstart first (it clones and installs),
 then README, install and operations, each in page order, in one shell-like sequence: ``cd DIR`` moves
 the next commands there, ``export NAME=VALUE`` sets their environment, the command that starts
@@ -15,8 +15,8 @@ What the test puts where the pages name what only a real cluster or release has:
   a file that is not in git is missing here too, as for a newcomer), with its uncommitted changes to
   tracked files applied on top; then ``make install`` there, unchanged (uv's cache makes it cheap);
 - ``kubectl -n NS exec TARGET -- COMMAND``: the emulator runs no containers, so COMMAND runs here, in
-  the environment TARGET's container has (``EXEC``: the controller's configuration, or the PostgreSQL
-  pod's variables);
+  the environment TARGET's container has (``_exec_env``: the controller's configuration, or the
+  PostgreSQL pod's variables); a TARGET it does not know fails the test, naming it;
 - the database ``postgresql://queueing:PASSWORD@db.example.com:5432/queueing``: a throwaway database on
   the test PostgreSQL server holding a migrated ledger; ``pg_restore`` restores into a second, empty one
   (the page restores "into an empty database");
