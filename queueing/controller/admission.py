@@ -145,8 +145,12 @@ class AdmissionExecutor(Eviction):
             **invalid_cluster_queues(self.cluster_queues.invalid_objects()),
             **self.quarantine.inactive(self.cluster_queues.list(), self.cohorts.list()),
             # a ClusterQueue being deleted, or one whose flavor or Cohort is, admits nothing new
-            **terminating_cluster_queues(
-                self.cluster_queues.list(), self.cohorts.list(), self.flavors.list()
+            **(
+                terminating_cluster_queues(
+                    self.cluster_queues.list(), self.cohorts.list(), self.flavors.list()
+                )
+                if self._deleting
+                else {}
             ),
         }
         if refused:  # (rare: the specs are built again without the memo)

@@ -315,6 +315,8 @@ class ControllerBase:
         self.outage = OutageLog()
         # queue objects being deleted that admitted workloads still use -> what their status says
         self._terminating: dict[tuple[str, str], str] = {}
+        # (kind, key) of the queue objects with a deletionTimestamp (kept by the informers' deltas)
+        self._deleting: set[tuple[str, str]] = set()
         self._invalid_status: dict[str, str] = {}  # ClusterQueue the model rejects -> status written
         # wedge detection (controller/health.py): when a sync last completed (time.monotonic())
         self.last_sync_completed: float | None = None
@@ -342,6 +344,14 @@ class ControllerBase:
 
     def _queues_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
         self._specs = None
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        key = (obj.kind or type(obj).KIND, obj.key)
+        if new is not None and new.metadata.deletion_timestamp:
+            self._deleting.add(key)
+        else:
+            self._deleting.discard(key)
 
     def _context_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
         self._ctx = None

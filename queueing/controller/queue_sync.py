@@ -28,6 +28,7 @@ from queueing.controller.in_use import ObjectKey, holders_message, used_by
 from queueing.controller.isolation import invalid_cluster_queues, invalid_status, refusal_message
 from queueing.controller.plan import with_condition
 from queueing.controller.queues import queue_statuses
+from queueing.dra.verify import VerifyError
 from queueing.kube.client import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
@@ -126,6 +127,20 @@ class QueueSync(AdmissionExecutor):
         workload uses them (the API server then deletes them); until then their status names the
         workloads that hold them (ClusterQueue, LocalQueue: ``Active=False Terminating``, written with
         the rest of their status; ResourceFlavor, Cohort: ``Terminating=True ResourceInUse``)."""
+        if self.verify:  # the index kept by deltas against a scan of every queue object
+            scan = {
+                (o.kind or type(o).KIND, o.key)
+                for i in (self.cluster_queues, self.local_queues, self.flavors, self.cohorts)
+                for o in i.list()
+                if o.metadata.deletion_timestamp
+            }
+            kept = {
+                k
+                for k in self._deleting
+                if k[0] in ("ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort")
+            }
+            if kept != scan:
+                raise VerifyError("queue objects being deleted", sorted(kept), sorted(scan), "kept by deltas")
         used: dict[ObjectKey, list[str]] | None = None
         terminating: dict[ObjectKey, str] = {}
         for kind, informer in (
@@ -134,7 +149,12 @@ class QueueSync(AdmissionExecutor):
             ("ResourceFlavor", self.flavors),
             ("Cohort", self.cohorts),
         ):
-            objs: list[Any] = [*informer.list(), *(ref for ref, _ in informer.invalid_objects())]
+            objs: list[Any] = [
+                o
+                for k in sorted(key for kd, key in self._deleting if kd == kind)
+                if (o := informer.get_key(k)) is not None
+            ]
+            objs += [ref for ref, _ in informer.invalid_objects() if ref.metadata.deletion_timestamp]
             for obj in objs:
                 if not obj.metadata.deletion_timestamp or RESOURCE_IN_USE_FINALIZER not in (
                     obj.metadata.finalizers or []
