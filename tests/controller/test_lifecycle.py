@@ -54,6 +54,7 @@ from tests.controller.conftest import (
     job,
 )
 from tests.controller.test_admission import cond, get, items, running, workload
+from tests.kubectl.conftest import Kubectl
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -67,6 +68,7 @@ class Env:
     cluster: StandIns
     controller: Controller
     ledger: Ledger
+    kubectl: Kubectl  # real kubectl, with the kubectl-queueing plugin on PATH
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -80,7 +82,7 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
         try:
             async with StandIns(emu) as cluster:
                 ctl = await harness.start()
-                yield Env(emu, KubeClient(api), cluster, ctl, ledger)
+                yield Env(emu, KubeClient(api), cluster, ctl, ledger, Kubectl(emu, tmp))
                 await harness.stop()
         finally:
             await api.close()
@@ -158,7 +160,7 @@ async def test_spec_active_false_evicts_and_true_requeues(env: Env) -> None:
     assert wl is not None
     uid = wl["metadata"]["uid"]
 
-    await admin.patch(WORKLOADS, "job-stop-me", {"spec": {"active": False}}, "default")
+    await env.kubectl.run("queueing", "stop", "workload", "job-stop-me")  # spec.active: false
     await eventually(
         lambda: (
             is_cond(workload(emu, "job-stop-me"), "Evicted", "True", "InactiveWorkload")
@@ -177,7 +179,7 @@ async def test_spec_active_false_evicts_and_true_requeues(env: Env) -> None:
     assert {"Evicted", "Deactivated"} <= reasons
     assert any(e["reason"] == "Suspended" for e in events_for(emu, "Job", "stop-me"))
 
-    await admin.patch(WORKLOADS, "job-stop-me", {"spec": {"active": True}}, "default")
+    await env.kubectl.run("queueing", "resume", "workload", "job-stop-me")  # spec.active: true
     await eventually(lambda: running(emu, "stop-me", 1), "it runs again once reactivated")
     wl = workload(emu, "job-stop-me")
     assert is_cond(wl, "Requeued", "True", "Reactivated")
@@ -260,6 +262,11 @@ async def test_pod_sets_immutable_while_admitted_and_replaced_when_the_job_chang
         await set_count(admin, "job-grow", 3)
     assert err.value.status == 422
     assert "spec.podSets: field is immutable while QuotaReserved is True" in (err.value.body or "")
+    rc, _, err_text = await env.kubectl.run(
+        "patch", "workload", "job-grow", "--type", "json", "-p", '[{"op":"replace","path":"/spec/podSets/0/count","value":2}]',
+        check=False,
+    )  # fmt: skip
+    assert rc != 0 and "spec.podSets: field is immutable while QuotaReserved is True" in err_text
     wl = workload(emu, "job-grow")
     assert wl is not None and wl["spec"]["podSets"][0]["count"] == 1
 
@@ -321,8 +328,8 @@ async def test_queue_objects_in_use_wait_for_their_workloads(env: Env) -> None:
         obj = queue_object(emu, plural, "doomed", ns)
         assert obj is not None and RESOURCE_IN_USE_FINALIZER in obj["metadata"].get("finalizers", []), plural
 
-    for _, res, ns, _ in objects:
-        await admin.delete(res, "doomed", ns)
+    for plural, _, ns, _ in objects:  # kubectl would wait for the finalizers: --wait=false
+        await env.kubectl.run("delete", plural, "doomed", *(["-n", ns] if ns else []), "--wait=false")
     holder = "default/job-holder"
 
     def says_held(plural: str, ns: str | None, type_: str, status: str, reason: str) -> bool:
@@ -350,6 +357,12 @@ async def test_queue_objects_in_use_wait_for_their_workloads(env: Env) -> None:
         lambda: says_held("cohorts", None, "Terminating", "True", "ResourceInUse"), "cohort terminating"
     )
     assert running(emu, "holder", 1)  # it runs on: a deletion waits for its workloads
+    shown = await env.kubectl.out(
+        "get", "clusterqueue", "doomed",
+        "-o", "jsonpath={.metadata.deletionTimestamp} {.status.conditions[?(@.type==\"Active\")].message}",
+    )  # fmt: skip
+    stamp, message = shown.split(" ", 1)
+    assert stamp and message.startswith("ClusterQueue doomed is being deleted") and holder in message
 
     # nothing new is admitted through them while they terminate
     await admin.create(JOBS, job("late", queue="doomed"), "default")
