@@ -123,6 +123,7 @@ class Controller(QueueSync):
         self._all_jobs_dirty = True
         await self._sync_ledger_queues()
         await self.recover()
+        await self._hold_all_in_use()
         self.leading = True
         self._task = asyncio.create_task(self._loop(), name="queueing-controller")
         self._wake.set()

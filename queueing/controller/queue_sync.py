@@ -122,6 +122,13 @@ class QueueSync(AdmissionExecutor):
                 await (write() if obj is None else self.quarantine.store(obj, write))
                 self._ledger_cohorts[name] = spec
 
+    async def _hold_all_in_use(self) -> None:
+        """At the start of leading: every queue object the recovered admissions use carries the
+        resource-in-use finalizer (admissions made before it existed, or by an older version)."""
+        used = used_by(self.admitted.values(), self.cluster_queues.list(), self.cohorts.list())
+        for key in sorted(used):
+            await self._hold(key)  # (one being deleted already is left as it is)
+
     async def _release_in_use(self) -> None:
         """Queue objects being deleted that carry the resource-in-use finalizer: removed once no admitted
         workload uses them (the API server then deletes them); until then their status names the

@@ -69,6 +69,7 @@ class Env:
     controller: Controller
     ledger: Ledger
     kubectl: Kubectl  # real kubectl, with the kubectl-queueing plugin on PATH
+    harness: Harness
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -82,7 +83,7 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
         try:
             async with StandIns(emu) as cluster:
                 ctl = await harness.start()
-                yield Env(emu, KubeClient(api), cluster, ctl, ledger, Kubectl(emu, tmp))
+                yield Env(emu, KubeClient(api), cluster, ctl, ledger, Kubectl(emu, tmp), harness)
                 await harness.stop()
         finally:
             await api.close()
@@ -389,3 +390,27 @@ async def test_queue_objects_in_use_wait_for_their_workloads(env: Env) -> None:
     for name in ("holder", "late", "late-2"):
         await admin.delete(JOBS, name, "default", propagation_policy="Background")
     await admin.delete(LOCAL_QUEUES, "doomed-2", "default")
+
+
+async def test_a_restart_puts_the_finalizer_on_queue_objects_already_in_use(env: Env) -> None:
+    """Admissions made before the finalizer existed (an older version): the leader adds it at start."""
+    emu, admin = env.emu, env.admin
+    await admin.create(LOCAL_QUEUES, local_queue("older", "team"), "default")
+    await admin.create(JOBS, job("older-job", queue="older"), "default")
+    await eventually(lambda: running(emu, "older-job", 1), "the Job runs")
+    drop = [{"op": "remove", "path": "/metadata/finalizers"}]
+    await admin.patch(LOCAL_QUEUES, "older", drop, "default", patch_type="json")
+    lq = queue_object(emu, "localqueues", "older", "default")
+    assert lq is not None and not lq["metadata"].get("finalizers")
+
+    await env.harness.stop()
+    env.controller = await env.harness.start()
+    lq = queue_object(emu, "localqueues", "older", "default")
+    assert lq is not None and RESOURCE_IN_USE_FINALIZER in lq["metadata"].get("finalizers", [])
+    env.cluster.finish_pods("default", "older-job")
+    await eventually(lambda: is_cond(workload(emu, "job-older-job"), "Finished", "True"), "finished")
+    await admin.delete(LOCAL_QUEUES, "older", "default")
+    await eventually(
+        lambda: queue_object(emu, "localqueues", "older", "default") is None, "deleted once unused"
+    )
+    await admin.delete(JOBS, "older-job", "default", propagation_policy="Background")
