@@ -43,6 +43,7 @@ from queueing.controller.plan import (
     plan_summary,
     with_condition,
 )
+from queueing.dra.verify import VerifyError
 from queueing.faults import fault_point
 from queueing.gcpolicy import paused
 from queueing.kube.writes import describe_error, each
@@ -459,30 +460,43 @@ class AdmissionExecutor(Eviction):
         log.warning("Workload %s: %s", wl.key, msg)
         await self.events.emit(out or wl, "Warning", "StatusRepaired", msg)
 
+    def _diverged(self, uid: str) -> tuple[Workload, Admission, str] | None:
+        """An admitted Workload whose status no longer shows the controller's record of its admission
+        (the ledger's), with how it differs; None when it agrees (or is not the controller's to
+        repair now: its admission status is still being written, it finished, it is being deleted)."""
+        wl = self._workload_by_uid(uid)
+        adm = self.admissions.get(uid)
+        if (
+            wl is None
+            or adm is None
+            or uid not in self.admitted
+            or uid in self.status_todo
+            or wl.status.is_true(FINISHED)
+            or wl.metadata.deletion_timestamp
+        ):
+            return None
+        why = status_diverges(
+            admission_json(wl.status.admission),
+            wl.status.is_true(QUOTA_RESERVED),
+            wl.status.is_true(ADMITTED),
+            admission_json(adm) or {},
+        )
+        return None if why is None else (wl, adm, why)
+
     async def _repair_statuses(self) -> None:
-        """Admitted Workloads whose status changed since the last sync: one that no longer shows the
-        controller's record of its admission (the ledger's) gets it written again."""
+        """Admitted Workloads whose status changed since the last sync (by their deltas): one that no
+        longer shows the ledger's admission gets it written again. Verify mode checks every admitted
+        Workload: none diverged without a delta."""
         todo, self._status_check = self._status_check, set()
+        if self.verify:
+            general = sorted(u for u in self.admitted if self._diverged(u) is not None)
+            fast = sorted(u for u in general if u in todo)
+            if fast != general:
+                raise VerifyError("status repair by Workload deltas", fast, general)
         for uid in sorted(todo):
-            wl = self._workload_by_uid(uid)
-            adm = self.admissions.get(uid)
-            if (
-                wl is None
-                or adm is None
-                or uid not in self.admitted
-                or uid in self.status_todo
-                or wl.status.is_true(FINISHED)
-                or wl.metadata.deletion_timestamp
-            ):
-                continue
-            why = status_diverges(
-                admission_json(wl.status.admission),
-                wl.status.is_true(QUOTA_RESERVED),
-                wl.status.is_true(ADMITTED),
-                admission_json(adm) or {},
-            )
-            if why is not None:
-                await self._repair_admission(wl, adm, why)
+            found = self._diverged(uid)
+            if found is not None:
+                await self._repair_admission(*found)
 
     async def _write_pending_status(self) -> None:
         """Admissions whose status write did not hold yet (the ledger has them): write again."""

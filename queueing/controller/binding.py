@@ -444,6 +444,7 @@ class PlanBinding(ControllerBase):
             except LedgerError as e:
                 log.warning("the ledger did not take the allocated devices of %s: %s", wl.key, e)
             self.admissions[uid] = new
+            self._status_check.add(uid)  # compared again at the next sync, should this write fail
             out = await self._patch_status(wl, {"admission": admission_json(new)})
             if out is None:
                 return
