@@ -509,6 +509,7 @@ class ControllerBase:
             for uid in sorted(todo)
             if uid not in self._recorded
             and (wl := self._workload_by_uid(uid)) is not None
+            and wl.spec.queue_name
             and not wl.status.is_true(FINISHED)
             and not wl.metadata.deletion_timestamp
         ]

@@ -383,9 +383,13 @@ class Ledger:
         if not by_uid:
             return []
         async with self.engine.begin() as c:
-            known = set(
-                (await c.execute(select(m.Workload.uid).where(m.Workload.uid.in_(list(by_uid))))).scalars()
-            )
+            uids = list(by_uid)
+            known: set[str] = set()
+            for i in range(0, len(uids), 500):  # bounded statements (SQLite's variable limit)
+                chunk = uids[i : i + 500]
+                known.update(
+                    (await c.execute(select(m.Workload.uid).where(m.Workload.uid.in_(chunk)))).scalars()
+                )
             rows = [
                 {
                     "uid": s.uid,
@@ -403,8 +407,8 @@ class Ledger:
                 for s in by_uid.values()
                 if s.uid not in known
             ]
-            if rows:
-                await c.execute(insert(m.Workload), rows)
+            for i in range(0, len(rows), 500):
+                await c.execute(insert(m.Workload), rows[i : i + 500])
         return [str(r["uid"]) for r in rows]
 
     async def transfer_admission(self, old_uid: str, new: WorkloadSpec, *, at: Time) -> int:

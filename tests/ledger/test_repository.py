@@ -480,3 +480,10 @@ async def test_an_admission_keeps_its_status_and_moves_to_the_recreated_workload
         await ledger.transfer_admission("old", new, at=sc.t(0, 3))
     await ledger.finish("new", at=sc.t(0, 4))
     assert (await ledger.load_state()).usage == {}
+
+
+async def test_many_workloads_recorded_in_one_call(ledger: Ledger) -> None:
+    specs = [WorkloadSpec(f"u{i}", "ml", f"w{i}", "train") for i in range(1200)]
+    assert len(await ledger.add_workloads(specs[:700], at=sc.t(0))) == 700
+    assert await ledger.add_workloads(specs, at=sc.t(0, 1)) == [s.uid for s in specs[700:]]
+    assert len((await ledger.load_state()).pending) == 1200
