@@ -11,7 +11,10 @@ handler wakes it; writes that failed are retried by waking it again after a back
 1. brings the ledger's queues in step with the ClusterQueues and LocalQueues;
 2. Jobs: suspends a labelled Job running without admission, creates the Job's Workload, and on the
    Job's end releases the quota (ledger first) and marks the Workload Finished;
-3. forgets admissions whose Workload is gone (ledger release);
+3. records the Workloads it sees for the first time in the ledger (one transaction; waiting since
+   their Job's creation); a Workload recreated for a Job that runs on takes over the admission of the
+   deleted one; forgets admissions whose Workload is gone (ledger release) unless its Job runs on;
+   rewrites the status of an admitted Workload that no longer shows the ledger's admission;
 4. runs one scheduling cycle over the pending Workloads and executes its admissions: **ledger first**
    (quota and plan in one transaction), then the Workload's status (QuotaReserved, Admitted,
    ``status.admission`` with the plan; retried until it holds); pending Workloads get their reason;
