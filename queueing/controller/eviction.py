@@ -118,6 +118,8 @@ class Eviction(WorkloadSource):
         await self._stop_pods(out or wl, message)
         fault_point("eviction.after_stop_pods")
         self._wake_at(now + self.eviction_timeout)
+        if not any(self._holders(out or wl, self.admissions[uid])):
+            self.wake()  # nothing to wait for: no event will come, the next sync goes on with it
 
     async def _stop_pods(self, wl: Workload, why: str) -> None:
         """Suspend the Job (its pods are deleted by the Job controller) or delete a pod group's pods."""
@@ -204,6 +206,7 @@ class Eviction(WorkloadSource):
                 await self._stop_pods(wl, e.message)  # again after a restart or a user's unsuspend
             live_uids = {p.metadata.uid for p in live}
             shared = ev.shared_claims(admission)
+            deallocated: set[str] = set()
             for c in claims:
                 users = [r for r in c.status.reserved_for or [] if r.get("uid") in live_uids]
                 if c.name in shared and not users and not live:
@@ -217,6 +220,9 @@ class Eviction(WorkloadSource):
                         what=f"deallocate ResourceClaim {c.key}",
                     )
                     self.claims.observe(raw)
+                    deallocated.add(c.key)
+            # what it took back is gone now (its write's echo wakes nothing): no waiting for it
+            claims = [c for c in claims if c.key not in deallocated]
             if live or claims:
                 if not e.stuck and now - e.started >= self.eviction_timeout:
                     e.stuck = True
