@@ -179,7 +179,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "leader_election_master_status",
         "gauge",
         ("name",),
-        "1 while this replica holds the leader Lease `name`, else 0.",
+        "1 while this replica holds the leader Lease `name` (its name, without the namespace, as "
+        "controller-runtime labels it), else 0.",
         "leader_election_master_status (controller-runtime)",
     ),
     MetricSpec(

@@ -337,22 +337,25 @@ async def test_partial_admission_parallelism_restored_when_evicted(
     assert not emu.authorizer.denied  # type: ignore[union-attr]
 
 
-def bare_workload(name: str, priority: int) -> dict[str, Any]:
-    """A Workload created directly (no Job, no pods: nothing will ever run it)."""
+def bare_workload(name: str, priority: int | None = None, template: str | None = "gpu-4") -> dict[str, Any]:
+    """A Workload created directly (no Job, no pods: nothing will ever run it); ``template``: the
+    ResourceClaimTemplate of its one pod (None: it asks for no devices)."""
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
+    if template:
+        pod["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+        pod["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+    spec: dict[str, Any] = {
+        "queueName": "lq",
+        "podSets": [{"name": "main", "count": 1, "template": {"spec": pod}}],
+    }
+    if priority is not None:
+        spec["priority"] = priority
     return {
         "apiVersion": "queueing.dra.io/v1beta1",
         "kind": "Workload",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "queueName": "lq",
-            "priority": priority,
-            "podSets": [{"name": "main", "count": 1, "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
-                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu-4"}],
-            }}}],
-        },
-    }  # fmt: skip
+        "spec": spec,
+    }
 
 
 async def test_eviction_of_a_victim_without_pods_completes_on_its_own_events(
