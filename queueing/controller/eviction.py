@@ -16,6 +16,7 @@ from queueing.api.v1beta1 import (
     ADMITTED,
     EVICTED,
     FINISHED,
+    PODS_READY,
     PREEMPTED,
     QUOTA_RESERVED,
     REQUEUED,
@@ -49,6 +50,9 @@ from queueing.kube.client import (
 from queueing.kube.writes import is_not_found, retrying
 from queueing.ledger.repository import NotAdmitted
 from queueing.scheduling.requeue import next_requeue
+
+# pods by Workload UID label, and by (namespace, pod group)
+PodIndex = tuple[dict[str, list[Pod]], dict[tuple[str, str], list[Pod]]]
 
 
 class Eviction(WorkloadSource):
@@ -170,18 +174,29 @@ class Eviction(WorkloadSource):
             raise
         self.workloads.observe(raw)
 
-    def _holders(self, wl: Workload, admission: Admission) -> tuple[list[Pod], list[ResourceClaim]]:
-        """The victim's pods that still run and the claims that still hold one of its planned devices."""
-        uid = wl.metadata.uid or ""
-        pods = [p for p in self.pods.list() if p.labels.get(WORKLOAD_UID_LABEL) == uid]
+    def _workload_pods(self, wl: Workload, index: PodIndex | None = None) -> list[Pod]:
+        """The pods of a Workload: its Job's (by the Workload's UID label) or its pod group's
+        (``index``: :meth:`_pod_index`, for a pass over many Workloads)."""
+        index = index or self._pod_index()
+        pods = list(index[0].get(wl.metadata.uid or "", ()))
         group = wl.labels.get(POD_GROUP_LABEL)
         if group and self._job_of(wl) is None:
-            pods += [
-                p
-                for p in self.group_pods.list()
-                if p.labels.get(POD_GROUP_LABEL) == group and p.namespace == wl.namespace
-            ]
-        live = [p for p in pods if not _ended(p)]
+            pods += index[1].get((wl.namespace or "default", group), ())
+        return pods
+
+    def _pod_index(self) -> PodIndex:
+        """The pods by Workload UID label and by (namespace, pod group)."""
+        by_uid: dict[str, list[Pod]] = {}
+        for p in self.pods.list():
+            by_uid.setdefault(p.labels.get(WORKLOAD_UID_LABEL) or "", []).append(p)
+        by_group: dict[tuple[str, str], list[Pod]] = {}
+        for p in self.group_pods.list():
+            by_group.setdefault((p.namespace or "default", p.labels.get(POD_GROUP_LABEL) or ""), []).append(p)
+        return by_uid, by_group
+
+    def _holders(self, wl: Workload, admission: Admission) -> tuple[list[Pod], list[ResourceClaim]]:
+        """The victim's pods that still run and the claims that still hold one of its planned devices."""
+        live = [p for p in self._workload_pods(wl) if not _ended(p)]
         planned = ev.planned_devices(admission)
         claims = []
         for c in self.claims.list():
@@ -256,6 +271,8 @@ class Eviction(WorkloadSource):
         why = f"evicted ({e.reason}): {e.message}"
         conds = with_condition(wl.status.conditions, QUOTA_RESERVED, "False", e.reason, why, now, gen)
         conds = with_condition(conds, ADMITTED, "False", e.reason, why, now, gen)
+        if wl.status.condition(PODS_READY) is not None:  # its pods are gone with the admission
+            conds = with_condition(conds, PODS_READY, "False", "WaitForStart", "evicted: " + why, now, gen)
         status: dict[str, Any] = {"conditions": conds, "admission": None}
         if e.reason != ev.PODS_READY_TIMEOUT:
             # as in Kueue: only a waitForPodsReady timeout backs off (and counts toward the limit);
@@ -307,11 +324,35 @@ class Eviction(WorkloadSource):
         fault_point("eviction.after_requeue")
         await self.events.emit(wl, "Normal", event, message)
 
+    async def _write_pods_ready(self, wl: Workload, ready: bool) -> bool:
+        """The Workload's ``PodsReady`` condition, kept true to its pods (Kueue's reasons): True once
+        all its admitted pods are Ready (or Succeeded); False while they start (``WaitForStart``) or
+        after one of them stopped being Ready (``WaitForRecovery``). Written only when it changes.
+        Returns whether all its pods were Ready once (the condition says so across a restart)."""
+        cur = wl.status.condition(PODS_READY)
+        if ready:
+            want = ("True", "Recovered" if cur is not None and cur.reason == "WaitForRecovery" else "Started")
+            message = "All pods reached readiness and the workload is running"
+        else:
+            was_ready = cur is not None and (cur.status == "True" or cur.reason == "WaitForRecovery")
+            want = ("False", "WaitForRecovery" if was_ready else "WaitForStart")
+            message = "Not all pods are ready or succeeded"
+        if (cur is not None and (cur.status, cur.reason) == want) or (
+            cur is not None and ready and cur.status == "True"
+        ):
+            return want[0] == "True" or want[1] == "WaitForRecovery"
+        conds = with_condition(
+            wl.status.conditions, PODS_READY, want[0], want[1], message, self.clock(), wl.metadata.generation
+        )
+        await self._patch_status(wl, {"conditions": _dump(conds)})
+        return want[0] == "True" or want[1] == "WaitForRecovery"
+
     async def _check_admitted(self) -> None:
         """waitForPodsReady and lost placements: evict an admitted Workload whose pods are not all
         Ready within the timeout, whose planned node is gone, or whose planned device is tainted
         NoExecute."""
         wfpr = self.config.wait_for_pods_ready
+        index = self._pod_index() if self.admitted else None
         nodes = {n.name for n in self.nodes.list()}
         tainted = _tainted_devices(self.slices.list())
         now = self.clock()
@@ -335,13 +376,14 @@ class Eviction(WorkloadSource):
                     wl, ev.DEVICE_TAINTED, f"planned device(s) {names} are tainted with effect NoExecute"
                 )
                 continue
-            if not wfpr.enable or uid in self.pods_ready_seen:
-                continue
             want = sum(psa.count or len(psa.placements or []) for psa in admission.pod_set_assignments)
-            live, _ = self._holders(wl, admission)
-            ready = sum(1 for p in live if _pod_ready(p))
-            if want and ready >= want:
+            pods = [p for p in self._workload_pods(wl, index) if not p.metadata.deletion_timestamp]
+            ready = sum(1 for p in pods if _pod_ready(p))  # Ready, or Succeeded
+            all_ready = bool(want) and ready >= want
+            # waitForPodsReady: the timeout holds until the PodsReady condition was True once
+            if await self._write_pods_ready(wl, all_ready):
                 self.pods_ready_seen.add(uid)
+            if not wfpr.enable or uid in self.pods_ready_seen:
                 continue
             job = self._job_of(wl)
             timeout = ev.pods_ready_timeout(wl, wfpr.timeout, job.annotations if job is not None else None)
