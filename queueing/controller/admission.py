@@ -14,6 +14,7 @@ from queueing.api.v1beta1 import (
     ADMITTED,
     EVICTED,
     FINISHED,
+    PODS_READY,
     PREEMPTED,
     QUOTA_RESERVED,
     Admission,
@@ -417,6 +418,10 @@ class AdmissionExecutor(Eviction):
         )
         conds = with_condition(
             conds, ADMITTED, "True", "Admitted", f"The workload is admitted by ClusterQueue {cq}", now, gen
+        )
+        # PodsReady (kept true to the pods by the eviction reconciler): its pods start now, in this write
+        conds = with_condition(
+            conds, PODS_READY, "False", "WaitForStart", "Not all pods are ready or succeeded", now, gen
         )
         for done in (EVICTED, PREEMPTED):  # a requeued workload admitted again
             if wl.status.is_true(done):

@@ -109,10 +109,16 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-def alert_config(**kw: Any) -> Config:
+def alert_config(leader_elect: bool = True, **kw: Any) -> Config:
+    # (a renew deadline long enough for a busy machine: a lost Lease here would be a NoLeader of its own)
     return Config(
         namespace="queueing-system",
-        leader_election={"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.2},
+        leader_election={
+            "leader_elect": leader_elect,
+            "lease_duration": 20.0,
+            "renew_deadline": 15.0,
+            "retry_period": 0.2,
+        },
         metrics={"bind_address": f"127.0.0.1:{free_port()}"},
         health={"health_probe_bind_address": f"127.0.0.1:{free_port()}", "scheduling_stall_timeout": 1.0},
         **kw,
@@ -226,6 +232,7 @@ async def test_eviction_storm_alert_fires_while_workloads_are_evicted_again_and_
     clock moves a minute per scrape, and a scrape is taken once at least 7 more evictions happened:
     7 a minute is over the rule's 0.1 a second."""
     config = alert_config(
+        leader_elect=False,  # one replica: it leads from the start
         wait_for_pods_ready={
             "enable": True,
             "timeout": 0.05,
