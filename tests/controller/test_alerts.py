@@ -224,6 +224,7 @@ async def test_each_alert_fires_in_its_situation_and_is_silent_otherwise(
         assert prom.firing() == {"QueueingControllerDown": {labels_of()}}
 
 
+@pytest.mark.slow  # ~200 real evictions: the rule needs more than 0.1 a second for 15 minutes, twice over
 async def test_eviction_storm_alert_fires_while_workloads_are_evicted_again_and_again(
     emu: Emulator, admin: KubeClient, ledger: Ledger, session: aiohttp.ClientSession
 ) -> None:
