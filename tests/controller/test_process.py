@@ -40,7 +40,8 @@ def free_port() -> int:
 def config() -> Config:
     return Config(
         namespace="queueing-system",
-        leader_election={"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.4},
+        # long enough that a leader on a loaded machine (the suite runs on both cores) renews in time
+        leader_election={"lease_duration": 6.0, "renew_deadline": 4.5, "retry_period": 0.5},
         metrics={"bind_address": f"127.0.0.1:{free_port()}"},
         health={"health_probe_bind_address": f"127.0.0.1:{free_port()}"},
     )
