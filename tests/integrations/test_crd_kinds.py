@@ -254,6 +254,60 @@ async def test_a_kind_whose_crd_is_missing_is_disabled_with_one_line_until_its_c
     assert not [r for r in env.emu.authorizer.denied]  # type: ignore[union-attr]
 
 
+async def test_a_bad_rayjob_gets_an_event_naming_its_field_and_stops_nobody(env: Env) -> None:
+    bad = KINDS[0].body("bad-groups")
+    bad["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["minReplicas"] = 3  # more than replicas (2)
+    await env.admin.create(RAYJOBS, bad)
+    good = await env.admin.create(JOBS, prio_job("next-in-line", "low", template="gpu-1"))
+    assert good["spec"]["suspend"] is True
+
+    def warning() -> dict[str, Any] | None:
+        for e in items(env.emu, "events"):
+            if e["reason"] == "InvalidRayJob" and e["involvedObject"]["name"] == "bad-groups":
+                return e
+        return None
+
+    event = await eventually(warning, "a Warning Event on the RayJob")
+    assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "RayJob"
+    assert event["message"] == (
+        "RayJob default/bad-groups: spec.rayClusterSpec.workerGroupSpecs[0].minReplicas: "
+        "3 is more than replicas (2)"
+    )
+    # the Job queued after it is admitted and runs; the bad RayJob has no Workload and stays held
+    await eventually(lambda: running(env, "batch.kubernetes.io/job-name=next-in-line", 1), "the Job runs")
+    assert not [
+        w for w in items(env.emu, "workloads", "queueing.dra.io") if "bad-groups" in w["metadata"]["name"]
+    ]
+    assert get(env.emu, "rayjobs", "bad-groups", "ray.io")["spec"]["suspend"] is True  # type: ignore[index]
+    await env.admin.delete(RAYJOBS, "bad-groups", "default")
+    await env.admin.delete(JOBS, "next-in-line", "default", propagation_policy="Background")
+    await eventually(lambda: not items(env.emu, "workloads", "queueing.dra.io"), "no Workload left")
+
+
+async def test_a_rayjob_worker_group_is_admitted_partially_down_to_min_replicas(env: Env) -> None:
+    await env.admin.create(JOBS, prio_job("blocker", "mid", template="gpu-1"))
+    await eventually(lambda: running(env, "batch.kubernetes.io/job-name=blocker", 1), "the blocker runs")
+    body = KINDS[0].body("partial")
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["minReplicas"] = 1
+    await env.admin.create(RAYJOBS, body)
+    name = workload_name("RayJob", "ray.io", "partial")
+    wl = await eventually(lambda: is_true(w := get(env.emu, "workloads", name, "queueing.dra.io"), "Admitted") and w,
+                          "admitted with one worker")  # fmt: skip
+    counts = {psa["name"]: psa["count"] for psa in wl["status"]["admission"]["podSetAssignments"]}
+    assert counts == {"head": 1, "gpu": 1} and wl["spec"]["podSets"][1]["minCount"] == 1
+    rayjob = await eventually(lambda: (r := get(env.emu, "rayjobs", "partial", "ray.io")) and not r["spec"]["suspend"] and r,
+                              "the RayJob is started")  # fmt: skip
+    assert rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 1
+    assert rayjob["metadata"]["annotations"]["queueing.dra.io/original-replicas"] == '{"gpu": 2}'
+    await eventually(lambda: running(env, "ray.io/cluster=partial", 2), "the head and one worker run")
+    await env.admin.delete(RAYJOBS, "partial", "default", propagation_policy="Background")
+    await env.admin.delete(JOBS, "blocker", "default", propagation_policy="Background")
+    await eventually(lambda: not items(env.emu, "workloads", "queueing.dra.io"), "no Workload left")
+    await eventually(lambda: not live_pods(env, "ray.io/cluster=partial"), "its pods are gone")
+    state = await env.ledger.load_state()
+    assert not state.admissions and all(v == 0 for v in state.usage.values())
+
+
 @pytest.mark.parametrize("k", KINDS, ids=[k.kind for k in KINDS])
 async def test_queued_gang_admitted_bound_preempted_requeued_finished(env: Env, k: Kind) -> None:
     emu, admin = env.emu, env.admin
