@@ -10,19 +10,23 @@ the controller started: its adapter is disabled with one log line until then."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import pytest_asyncio
 import yaml
+from sqlalchemy import select
 
 from queueing.config import Config
 from queueing.controller.controller import Controller
 from queueing.integrations.workloads import workload_name
 from queueing.kube.client import CRDS, JOBS, KubeClient, Resource, api_client_for_url
+from queueing.ledger import models as m
 from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator, run_emulator
@@ -70,7 +74,7 @@ class Env:
     ledger: Ledger
     authorizer: RbacAuthorizer
     logs: Lines
-    seen: set[str] = field(default_factory=set)
+    harness: Harness
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -104,8 +108,10 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
         try:
             async with StandIns(emu) as cluster:
                 ctl = await harness.start()
-                yield Env(emu, KubeClient(api), ctl, cluster, ledger, authorizer, logs)
-                await harness.stop()
+                try:
+                    yield Env(emu, KubeClient(api), ctl, cluster, ledger, authorizer, logs, harness)
+                finally:
+                    await harness.stop()
         finally:
             await api.close()
             await ledger.close()
@@ -240,6 +246,18 @@ def bound_as_planned(env: Env, wl: dict[str, Any], pods: list[dict[str, Any]]) -
     return held == planned and not any(planned_nodes.values())
 
 
+async def no_quota_held(env: Env, timeout: float = 20.0) -> None:
+    """Wait until the ledger holds no admission and no usage (a condition, polled)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = await env.ledger.load_state()
+        if not state.admissions and all(v == 0 for v in state.usage.values()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the ledger still holds {sorted(state.admissions)}")
+        await asyncio.sleep(0.02)
+
+
 async def test_a_kind_whose_crd_is_missing_is_disabled_with_one_line_until_its_crd_appears(env: Env) -> None:
     disabled = [line for line in env.logs.lines if "RayCluster" in line]
     assert disabled == [
@@ -304,8 +322,7 @@ async def test_a_rayjob_worker_group_is_admitted_partially_down_to_min_replicas(
     await env.admin.delete(JOBS, "blocker", "default", propagation_policy="Background")
     await eventually(lambda: not items(env.emu, "workloads", "queueing.dra.io"), "no Workload left")
     await eventually(lambda: not live_pods(env, "ray.io/cluster=partial"), "its pods are gone")
-    state = await env.ledger.load_state()
-    assert not state.admissions and all(v == 0 for v in state.usage.values())
+    await no_quota_held(env)  # the deleted Workloads' admissions are released in the ledger
 
 
 @pytest.mark.parametrize("k", KINDS, ids=[k.kind for k in KINDS])
@@ -377,6 +394,36 @@ async def test_queued_gang_admitted_bound_preempted_requeued_finished(env: Env, 
     await eventually(lambda: workload() is None, "its Workload goes with it")
     assert not env.cluster.errors
     assert not env.emu.authorizer.denied  # type: ignore[union-attr]
+
+
+async def test_a_restart_recovers_a_running_rayjob_without_a_second_admission(env: Env) -> None:
+    """Invariant 4: the restarted controller rebuilds the admission from the ledger and the Workload
+    (its RayJob informer starts once the CRD informer lists the CRD); nothing is admitted twice and
+    the running pods are left alone."""
+    body = KINDS[0].body("resumed")
+    await env.admin.create(RAYJOBS, body)
+    name = workload_name("RayJob", "ray.io", "resumed")
+    pods = await eventually(lambda: running(env, "ray.io/cluster=resumed", 3), "the RayJob runs")
+    wl = get(env.emu, "workloads", name, "queueing.dra.io")
+    assert wl is not None
+    await env.harness.stop()
+    env.ctl = ctl = await env.harness.start()
+    assert ctl.sources["RayJob"].ready and wl["metadata"]["uid"] in ctl.admitted
+    await eventually(lambda: ctl.stats.synced >= 1, "the restarted controller synced")
+    # the same pods still run (the gang was not restarted), and nothing was admitted again
+    assert sorted(p["metadata"]["name"] for p in running(env, "ray.io/cluster=resumed", 3)) == sorted(
+        p["metadata"]["name"] for p in pods
+    )
+    assert ctl.stats.admissions == 0
+    await finish_rayjob(env, "resumed")
+    await eventually(lambda: is_true(get(env.emu, "workloads", name, "queueing.dra.io"), "Finished"),
+                     "the recovered RayJob finishes")  # fmt: skip
+    async with env.ledger.engine.connect() as c:
+        query = select(m.Admission).where(m.Admission.workload_uid == wl["metadata"]["uid"])
+        rows = (await c.execute(query)).all()
+    assert len(rows) == 1 and rows[0].released_at_ms is not None
+    await env.admin.delete(RAYJOBS, "resumed", "default", propagation_policy="Background")
+    await eventually(lambda: not items(env.emu, "workloads", "queueing.dra.io"), "no Workload left")
 
 
 async def test_every_integration_permission_was_used(env: Env) -> None:
