@@ -193,7 +193,10 @@ KINDS = [
                    "spec": {"replicatedJobs": [
                        {"name": "leader", "replicas": 1, "template": {"spec": {"parallelism": 1, "completions": 1,
                         "template": {"spec": pod_spec("gpu-4")}}}},
-                       {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 1, "completions": 1,
+                       # its labels go onto the child Jobs: they are the JobSet's, not queued themselves
+                       {"name": "workers", "replicas": 2, "template": {
+                        "metadata": {"labels": {"queueing.dra.io/queue-name": "lq"}},
+                        "spec": {"parallelism": 1, "completions": 1,
                         "template": {"spec": pod_spec("gpu-2")}}}},
                    ]}},
         3, lambda n: f"jobset.sigs.k8s.io/jobset-name={n}", finish_jobset,
@@ -361,6 +364,12 @@ async def test_queued_gang_admitted_bound_preempted_requeued_finished(env: Env, 
     assert wl["status"]["admission"]["plannedDevices"] == 8
     pods = await eventually(lambda: running(env, k.selector(name), k.pods), "every pod of the gang runs")
     assert all(p["metadata"]["labels"][WORKLOAD_UID_LABEL] == wl["metadata"]["uid"] for p in pods)
+    # a JobSet's child Jobs (labelled with the queue through its template) have no Workload of their own
+    assert not [
+        w
+        for w in items(emu, "workloads", "queueing.dra.io")
+        if w["metadata"]["name"].startswith(f"job-{name}")
+    ]
     await eventually(lambda: bound_as_planned(env, workload() or {}, running(env, k.selector(name), k.pods)),
                      "the pods hold the planned devices")  # fmt: skip
     state = await env.ledger.load_state()
