@@ -23,11 +23,11 @@ from queueing.controller.plan import (
     with_condition,
 )
 from queueing.faults import fault_point
-from queueing.integrations import PodGroup
+from queueing.integrations import BatchJob, PodGroup, SuspendableJob
 from queueing.kube.writes import each
 from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.repository import LedgerError, NotAdmitted
-from queueing.scheduling.jobs import WorkloadError
+from queueing.scheduling.jobs import WorkloadError, job_counts
 
 
 class WorkloadSource(PlanBinding):
@@ -88,6 +88,8 @@ class WorkloadSource(PlanBinding):
                 wl = self._owned_workload(obj.metadata.uid or "")
                 if wl is None or (not adapter.is_suspended() and wl.metadata.uid not in self.admitted):
                     todo.append(obj)
+                if wl is not None and (why := self._mismatch(adapter, wl)):
+                    self._to_replace[wl.key] = why  # replaced (evicted first if admitted): _replace
             elif (wl := self._owned_workload(obj.metadata.uid or "")) is not None and not wl.status.is_true(
                 FINISHED
             ):
@@ -130,6 +132,35 @@ class WorkloadSource(PlanBinding):
                 failed.append(e)
         if failed:
             raise failed[0]
+
+    def _mismatch(self, job: SuspendableJob, wl: Workload) -> str | None:
+        """Why an object's Workload no longer matches it (its pod sets' names and counts, as Kueue's
+        jobframework compares them), or None. One that makes no valid Workload is left to ``sync``."""
+        if wl.metadata.deletion_timestamp or wl.status.is_true(FINISHED):
+            return None
+        try:
+            if isinstance(job, BatchJob):  # cheap: no Workload is built for the comparison
+                count, min_count = job_counts(job.job)
+                should = [("main", count, min_count)]
+            else:
+                should = [(p.name, p.count, p.min_count) for p in job.pod_sets()]
+        except WorkloadError:
+            return None
+
+        have = [(p.name, p.count, p.min_count) for p in wl.spec.pod_sets]
+        if have == should:
+            return None
+
+        def text(shape: list[tuple[str, int, int | None]]) -> str:
+            return ", ".join(
+                f"{n}: count {c}" + (f" minCount {m}" if m is not None else "") for n, c, m in shape
+            )
+
+        what = job.object.kind or "Job"
+        return (
+            f"Workload {wl.key} no longer matches {what} {job.key} "
+            f"(podSets {text(have)}; the {what}: {text(should)})"
+        )
 
     async def _sync_pod_groups(self) -> None:
         """A pod group becomes one Workload once all its pods exist; it finishes when they all ended."""
