@@ -33,7 +33,6 @@ from queueing.controller.base import (
 from queueing.controller.evict import Evicting
 from queueing.controller.plan import (
     POD_GROUP_LABEL,
-    WORKLOAD_UID_LABEL,
     fmt_time,
     with_condition,
 )
@@ -170,8 +169,7 @@ class Eviction(WorkloadSource):
 
     def _holders(self, wl: Workload, admission: Admission) -> tuple[list[Pod], list[ResourceClaim]]:
         """The victim's pods that still run and the claims that still hold one of its planned devices."""
-        uid = wl.metadata.uid or ""
-        pods = [p for p in self.pods.list() if p.labels.get(WORKLOAD_UID_LABEL) == uid]
+        pods = list(self._pods_by_workload()(wl))
         group = wl.labels.get(POD_GROUP_LABEL)
         if group and self._source_of(wl) is None:
             pods += [
@@ -233,6 +231,7 @@ class Eviction(WorkloadSource):
                     uid, at=now, reason=e.reason, preemptor_uid=e.preemptor_uid, message=e.message
                 )
                 fault_point("eviction.after_ledger")
+            self._recorded[uid] = now  # queued again since the eviction (as the ledger has it)
             self._hold_released(uid)
             self.records.release(uid)  # all but the devices held
             await self._requeue(wl, e)

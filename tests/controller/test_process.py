@@ -198,7 +198,7 @@ async def test_metrics_endpoint_shows_counters_moving_and_probes(
     out = await explain(emu, tmp_path, "default/job-m3")
     assert out.returncode == 0, out.stderr
     assert "State:     Pending — Pending: insufficient unused quota for gpu.example.com" in out.stdout
-    assert "the ledger does not know this workload (never admitted by the controller)" in out.stdout
+    assert "never admitted; queued since" in out.stdout  # recorded when the controller saw it
     await proc.stop()  # graceful: the Lease is released at once
     lease = await admin.get(LEASES, "queueing-controller", "queueing-system")
     assert not lease["spec"].get("holderIdentity")

@@ -165,8 +165,8 @@ async def test_restart_after_the_ledger_committed_but_the_status_write_was_lost(
     emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, ledger: Ledger
 ) -> None:
     """Invariant 4: the ledger knows first. If the Workload status never shows the admission (the
-    controller dies while the API server refuses the write), the restarted controller releases the
-    ledger's admission and admits the Workload again: one active admission, the Job runs once."""
+    controller dies while the API server refuses the write), the restarted controller writes the
+    ledger's admission into the status (repairs, does not revoke): one admission, the Job runs once."""
     await harness.start()
     emu.faults.fail_next(500, verb="patch", resource="workloads/status", count=10_000)
     await admin.create(JOBS, job("lost"))
@@ -181,6 +181,9 @@ async def test_restart_after_the_ledger_committed_but_the_status_write_was_lost(
     await eventually(lambda: running(emu, "lost", 1), "the Job runs after the restart")
     async with ledger.engine.connect() as c:
         rows = (await c.execute(text("SELECT release_reason FROM admissions ORDER BY attempt"))).all()
-    assert [r[0] for r in rows] == ["Recovered", None]
-    assert len((await ledger.load_state()).admissions) == 1
+    assert [r[0] for r in rows] == [None]
+    state = await ledger.load_state()
+    assert len(state.admissions) == 1
+    adm = next(iter(state.admissions.values()))
+    assert workload(emu, "job-lost")["status"]["admission"] == adm.status  # type: ignore[index]
     assert cluster.pods_created == 1
