@@ -14,6 +14,7 @@ from queueing.api.v1beta1 import (
     ADMITTED,
     EVICTED,
     FINISHED,
+    PODS_READY,
     PREEMPTED,
     QUOTA_RESERVED,
     RESOURCE_IN_USE_FINALIZER,
@@ -315,15 +316,24 @@ class AdmissionExecutor(Eviction):
         return self.cache.placer()
 
     def _pending_metrics(self, pending: Any, by_key: dict[str, Workload]) -> None:
-        """Gauges: pending (active / inadmissible) and admitted per ClusterQueue; quota usage."""
+        """Gauges: pending (active / inadmissible) and admitted per ClusterQueue; quota usage.
+
+        Inadmissible as in Kueue's ``pending_workloads``: a workload tried and not admitted waits in
+        its ClusterQueue's inadmissible list (``Pending``), as does one in requeue backoff or one its
+        queue refuses (``Inadmissible``: a missing or stopped queue, a namespace not selected, an
+        invalid Workload); a StrictFIFO queue keeps the workloads that did not fit active (Kueue
+        requeues them at once), and so is a preemptor waiting for its victims."""
         cq_of_lq = {lq.key: lq.spec.cluster_queue for lq in self.local_queues.list()}
         counts: dict[str, list[int]] = {cq.name: [0, 0] for cq in self.cluster_queues.list()}
+        strict = {cq.name for cq in self.cluster_queues.list() if cq.spec.queueing_strategy == "StrictFIFO"}
         # workload key -> (its reason's ClusterQueue, inadmissible), by groups (no message rendered)
-        reason_of: dict[str, tuple[str | None, bool]] = {}
+        reason_of: dict[str, tuple[str | None, bool]] = dict.fromkeys(self.pending.invalid, (None, True))
         for ws, one, pr in pending_groups(pending):
-            seen = (pr.cluster_queue, pr.reason in ("Inadmissible", "Deactivated"))
+            bad = pr.reason in ("Inadmissible", "Deactivated", "Backoff") or (
+                pr.reason == "Pending" and pr.cluster_queue not in strict
+            )
             keys = [w.key for w in ws] if ws is not None else [one] if one is not None else []
-            reason_of.update(dict.fromkeys(keys, seen))
+            reason_of.update(dict.fromkeys(keys, (pr.cluster_queue, bad)))
         for key, wl in by_key.items():
             rcq, bad = reason_of.get(key, (None, False))
             cq = rcq or cq_of_lq.get(f"{wl.namespace or 'default'}/{wl.spec.queue_name}")
@@ -518,6 +528,11 @@ class AdmissionExecutor(Eviction):
         conds = with_condition(
             conds, ADMITTED, "True", "Admitted", f"The workload is admitted by ClusterQueue {cq}", now, gen
         )
+        if again:  # a new admission (not a repair from the ledger, whose pods may run already)
+            # PodsReady (kept true to the pods by the eviction reconciler): its pods start now, in this write
+            conds = with_condition(
+                conds, PODS_READY, "False", "WaitForStart", "Not all pods are ready or succeeded", now, gen
+            )
         for done in (EVICTED, PREEMPTED) if again else ():  # a requeued workload admitted again
             if wl.status.is_true(done):
                 conds = with_condition(conds, done, "False", "Admitted", "admitted again", now, gen)
