@@ -100,6 +100,7 @@ def load_cluster(emu: Any, examples: Path | None) -> list[str]:
     cluster into the emulator; returns ``kind/name`` of what was created. A failure raises."""
     from queueing.api.crdgen import all_crds
     from queueing.testing.cluster import suspend_queued_jobs
+    from queueing.testing.operator import TEST_CRDS
 
     created: list[str] = []
     if SUSPEND_POLICY.is_file():
@@ -107,6 +108,7 @@ def load_cluster(emu: Any, examples: Path | None) -> list[str]:
     else:
         emu.store.admission_hooks.append(suspend_queued_jobs)
     created += emu.load_objects(list(all_crds()))
+    created += emu.load_objects(TEST_CRDS)  # the integrated kinds (RayJob, JobSet, ...): test CRDs
     created += emu.load_objects(
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROLLER_NAMESPACE}}]
     )

@@ -36,7 +36,6 @@ from queueing.controller.evict import Evicting
 from queueing.controller.plan import (
     POD_GROUP_LABEL,
     fmt_time,
-    job_finished,
     with_condition,
 )
 from queueing.controller.source import WorkloadSource
@@ -75,8 +74,8 @@ class Eviction(WorkloadSource):
         conds = with_condition(wl.status.conditions, QUOTA_RESERVED, "False", "Revoked", why, now)
         conds = with_condition(conds, ADMITTED, "False", "Revoked", why, now)
         await self._patch_status(wl, {"conditions": _dump(conds), "admission": None, "reason": "Revoked"})
-        job = self._job_of(wl)
-        if job is not None and not job.spec.suspend:
+        job = self._source_of(wl)
+        if job is not None and not job.is_suspended():
             await self._suspend(job, f"admission revoked: {why}")
 
     async def _mark_evicted(
@@ -126,12 +125,13 @@ class Eviction(WorkloadSource):
             self.wake()  # nothing to wait for: no event will come, the next sync goes on with it
 
     async def _stop_pods(self, wl: Workload, why: str) -> None:
-        """Suspend the Job (its pods are deleted by the Job controller) or delete a pod group's pods."""
-        job = self._job_of(wl)
+        """Suspend the object held by suspend (its operator deletes its pods: the Job controller, a
+        RayJob's or JobSet's) or delete a pod group's pods."""
+        job = self._source_of(wl)
         if job is not None:
-            if not job.spec.suspend and not job_finished(job)[0]:
+            if not job.is_suspended() and not job.finished()[0]:
                 # (the planned node in the template is replaced at the next admission: the template
-                # may only change while the Job is suspended)
+                # may only change while the object is suspended)
                 await self._suspend(job, f"evicted: {why}")
             return
         group = wl.labels.get(POD_GROUP_LABEL)
@@ -181,7 +181,7 @@ class Eviction(WorkloadSource):
         index = index or self._pod_index()
         pods = list(index[0](wl))
         group = wl.labels.get(POD_GROUP_LABEL)
-        if group and self._job_of(wl) is None:
+        if group and self._source_of(wl) is None:
             pods += index[1].get((wl.namespace or "default", group), ())
         return pods
 
@@ -376,12 +376,14 @@ class Eviction(WorkloadSource):
             await self._delete_workload(wl, why)
 
     async def _delete_workload(self, wl: Workload, why: str) -> None:
-        """Delete a (not admitted) Workload that no longer matches its Job; its Job gets a new one."""
+        """Delete a (not admitted) Workload that no longer matches its object; it gets a new one."""
         log.info("replacing %s: %s", wl.key, why)
         await self.events.emit(wl, "Normal", "Replaced", f"{why}: it is deleted and made again")
-        job = self._job_of(wl)
+        job = self._source_of(wl)
         if job is not None:
-            await self.events.emit(job, "Normal", "WorkloadReplaced", f"{why}: it is deleted and made again")
+            await self.events.emit(
+                job.object, "Normal", "WorkloadReplaced", f"{why}: it is deleted and made again"
+            )
         try:
             await retrying(
                 lambda: self.kube.delete(
@@ -457,8 +459,10 @@ class Eviction(WorkloadSource):
                 self.pods_ready_seen.add(uid)
             if not wfpr.enable or uid in self.pods_ready_seen:
                 continue
-            job = self._job_of(wl)
-            timeout = ev.pods_ready_timeout(wl, wfpr.timeout, job.annotations if job is not None else None)
+            job = self._source_of(wl)
+            timeout = ev.pods_ready_timeout(
+                wl, wfpr.timeout, job.object.annotations if job is not None else None
+            )
             deadline = self.admitted[uid].admission_time + timeout
             if now >= deadline:
                 await self._start_eviction(

@@ -198,10 +198,15 @@ def ledger_request(
 def ledger_pods(
     admission: Admission, claim_specs: Mapping[str, ResourceClaimSpec], devices: DeviceIndex
 ) -> tuple[PodPlan, ...]:
-    """The ledger's plan rows of an admission: per pod its node and devices (class, memory)."""
+    """The ledger's plan rows of an admission: per pod its node and devices (class, memory). The
+    ledger numbers the pods of a workload across its pod sets (placement indexes count per pod set):
+    the first pod set's pods keep their index, each next pod set's follow the highest so far."""
     pods: list[PodPlan] = []
+    offset = 0
     for a in admission.pod_set_assignments:
+        base = offset
         for p in a.placements or []:
+            offset = max(offset, base + p.index + 1)
             planned: list[PlannedDevice] = []
             seen: set[str] = set()
             for c in p.claims or []:
@@ -220,7 +225,7 @@ def ledger_pods(
                             devices.memory.get((d.driver, d.pool, d.device)),
                         )
                     )
-            pods.append(PodPlan(p.index, p.node_name, tuple(planned), pod_set=a.name))
+            pods.append(PodPlan(base + p.index, p.node_name, tuple(planned), pod_set=a.name))
     return tuple(pods)
 
 

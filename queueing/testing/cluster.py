@@ -3,7 +3,8 @@ counts as the controller's requests): the Job controller, the resourceclaim cont
 (binding only pods whose claims are allocated; in NodeOnly and Auto mode it allocates them with the
 project's allocator, as kube-scheduler's DRA plugin would: on the pinned node, all of the pod's
 unallocated claims at once, in the pod's order, seeing every claim allocated in the cluster) and the
-kubelet.
+kubelet; and a stand-in operator per integrated kind served from a CRD (:func:`operators`: RayJob,
+RayCluster, JobSet), each starting once its CRD is served.
 
 It is what the controller's end-to-end tests, ``bench/e2e.py`` and a local cluster run on; it is not
 part of a production deployment.
@@ -32,6 +33,7 @@ from queueing.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from queueing.dra.gang import ClusterState
 from queueing.scheduling.config import parse_duration
 from queueing.testing.emulator import Emulator
+from queueing.testing.operator import next_events
 from queueing.testing.store import AdmissionRequest, ApiError, Store
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -80,6 +82,14 @@ def duration_of(obj: dict[str, Any]) -> float | None:
         return None
 
 
+def operators(standins: StandIns) -> list[Any]:
+    """The stand-in operators of the integrated kinds (queueing/testing/operator.py), one per kind."""
+    from queueing.testing.jobset import JobSetOperator
+    from queueing.testing.ray import RayClusterOperator, RayJobOperator
+
+    return [cls(standins) for cls in (RayJobOperator, RayClusterOperator, JobSetOperator)]
+
+
 class StandIns:
     def __init__(
         self,
@@ -107,6 +117,7 @@ class StandIns:
             "classes": self.store.resource("deviceclasses", "resource.k8s.io"),
         }
         self._task: asyncio.Task[None] | None = None
+        self._operator_tasks: list[asyncio.Task[None]] = []
         self.not_ready_jobs: set[str] = set()  # the kubelet never gets these Jobs' pods Ready
         self.stuck_jobs: set[str] = set()  # these Jobs' pods do not go away when suspended (a finalizer)
         self.unscheduled_jobs: set[str] = set()  # kube-scheduler does not get to these Jobs' pods (yet)
@@ -128,13 +139,14 @@ class StandIns:
             for k in ("jobs", "pods", "claims")
         ]
         self._task = asyncio.create_task(self._run(watchers))
+        self._operator_tasks = [asyncio.create_task(op.run()) for op in operators(self)]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in [t for t in (self._task, *self._operator_tasks) if t is not None]:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
         for t in self._timers.values():
             t.cancel()
         self._timers.clear()
@@ -143,22 +155,14 @@ class StandIns:
         try:
             self.step()
             while True:
-                getters = [asyncio.ensure_future(w.queue.get()) for w in watchers]
-                try:
-                    await asyncio.wait(getters, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for g in getters:
-                        g.cancel()
-                events: list[tuple[str, dict[str, Any]]] = []
-                for g, kind in zip(getters, ("jobs", "pods", "claims"), strict=True):
-                    if g.done() and not g.cancelled() and g.result() is not None:
-                        events.append((kind, g.result()))
-                for w, kind in zip(watchers, ("jobs", "pods", "claims"), strict=True):
-                    while not w.queue.empty():
-                        ev = w.queue.get_nowait()
-                        if ev is not None:
-                            events.append((kind, ev))
-                self._react(events)
+                got = await next_events(watchers)
+                self._react(
+                    [
+                        (kind, ev)
+                        for kind, evs in zip(("jobs", "pods", "claims"), got, strict=True)
+                        for ev in evs
+                    ]
+                )
         finally:
             for w in watchers:
                 self.store.unwatch(w)

@@ -116,7 +116,7 @@ def test_example_queues_cover_the_device_classes_the_jobs_use() -> None:
     queues = _queues()
     for path in sorted((ROOT / "examples/jobs").glob("*.yaml")):
         docs = load_yaml_docs(path)
-        job = next(d for d in docs if d["kind"] == "Job")
+        job = next(d for d in docs if "queueing.dra.io/queue-name" in d["metadata"].get("labels", {}))
         ns = job["metadata"]["namespace"]
         lq = queues[("LocalQueue", f"{ns}/{job['metadata']['labels']['queueing.dra.io/queue-name']}")]
         cq = queues[("ClusterQueue", lq["spec"]["clusterQueue"])]
