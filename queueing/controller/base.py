@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from queueing.api.apps import StatefulSet
 from queueing.api.base import KubeObject
 from queueing.api.core import Job, Namespace, Node, Pod, PriorityClass
 from queueing.api.resource import (
@@ -53,6 +54,7 @@ from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
     GATE_PLACEMENT,
     POD_GROUP_LABEL,
+    POD_SET_LABEL,
     WORKLOAD_UID_LABEL,
 )
 from queueing.controller.records import FieldView, FlagView, Records
@@ -76,6 +78,7 @@ from queueing.kube.client import (
     RESOURCE_CLAIMS,
     RESOURCE_FLAVORS,
     RESOURCE_SLICES,
+    STATEFULSETS,
     TOPOLOGIES,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
@@ -198,6 +201,14 @@ class ControllerBase:
             self.jobs = JobSources(job_informers)
         self.pods: Informer[Pod] = inf(PODS, Pod, label_selector=WORKLOAD_UID_LABEL)
         self.group_pods: Informer[Pod] = inf(PODS, Pod, label_selector=POD_GROUP_LABEL)
+        # pod-gated kinds (queueing/integrations/podgated.py): queued pods not in a group yet, and the
+        # StatefulSets (replicas, owner) their groups are of
+        self.queued_pods: Informer[Pod] = inf(
+            PODS, Pod, label_selector=f"{QUEUE_NAME_LABEL},!{POD_GROUP_LABEL}"
+        )
+        self.statefulsets: Informer[StatefulSet] = inf(
+            STATEFULSETS, StatefulSet, label_selector=QUEUE_NAME_LABEL
+        )
         self.nodes: Informer[Node] = inf(NODES, Node)
         self.slices: Informer[ResourceSlice] = inf(RESOURCE_SLICES, ResourceSlice)
         self.device_classes: Informer[DeviceClass] = inf(DEVICE_CLASSES, DeviceClass)
@@ -268,6 +279,8 @@ class ControllerBase:
             *job_informers,
             self.pods,
             self.group_pods,
+            self.queued_pods,
+            self.statefulsets,
             self.nodes,
             self.slices,
             self.device_classes,
@@ -546,7 +559,11 @@ class ControllerBase:
 
 
 def _pod_set_of(wl: Workload, pod: Pod) -> str | None:
-    """The pod set of a pod-group pod: the one whose template is the pod's spec (without node and gates)."""
+    """The pod set of a pod-group pod: the one its pod-set label names (the pod-gated kinds' pods), else
+    the one whose template is the pod's spec (without node and gates)."""
+    named = pod.labels.get(POD_SET_LABEL)
+    if named is not None and wl.pod_set(named) is not None:
+        return named
     mine = _without_nulls(pod.spec.model_copy(update={"node_name": None, "scheduling_gates": None}).to_dict())
     for ps in wl.spec.pod_sets:
         if _without_nulls(ps.template.spec.to_dict()) == mine:

@@ -272,6 +272,7 @@ class Controller(QueueSync):
         self._note_admitted()
         await self._sync_ledger_queues()
         await self._sync_jobs()
+        await self._group_gated_pods()
         await self._sync_pod_groups()
         await self._forget_deleted()
         await self._write_pending_status()

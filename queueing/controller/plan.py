@@ -180,9 +180,13 @@ def ledger_request(
 def ledger_pods(
     admission: Admission, claim_specs: Mapping[str, ResourceClaimSpec], devices: DeviceIndex
 ) -> tuple[PodPlan, ...]:
-    """The ledger's plan rows of an admission: per pod its node and devices (class, memory)."""
+    """The ledger's plan rows of an admission: per pod its node and devices (class, memory). A row's
+    index is the pod's within the admission (pod set after pod set: a placement's index counts within
+    its pod set, and a LeaderWorkerSet group's leader and first worker are both 0)."""
     pods: list[PodPlan] = []
+    offset = 0
     for a in admission.pod_set_assignments:
+        base, offset = offset, offset + max((p.index + 1 for p in a.placements or []), default=0)
         for p in a.placements or []:
             planned: list[PlannedDevice] = []
             seen: set[str] = set()
@@ -202,7 +206,7 @@ def ledger_pods(
                             devices.memory.get((d.driver, d.pool, d.device)),
                         )
                     )
-            pods.append(PodPlan(p.index, p.node_name, tuple(planned), pod_set=a.name))
+            pods.append(PodPlan(base + p.index, p.node_name, tuple(planned), pod_set=a.name))
     return tuple(pods)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from queueing.api.core import Job
+from queueing.api.apps import StatefulSet
+from queueing.api.core import Job, Pod
 from queueing.api.v1beta1 import (
     FINISHED,
     Workload,
@@ -17,11 +18,17 @@ from queueing.controller.base import (
 )
 from queueing.controller.binding import PlanBinding
 from queueing.controller.plan import (
+    POD_GROUP_LABEL,
     with_condition,
 )
 from queueing.faults import fault_point
 from queueing.integrations import BatchJob, PodGroup
-from queueing.kube.writes import each
+from queueing.integrations.pod_kinds import group_for, membership_of
+from queueing.integrations.podgated import gated
+from queueing.integrations.statefulset import KIND as STATEFULSET_KIND
+from queueing.integrations.statefulset import StatefulSetGroup
+from queueing.kube.client import PODS
+from queueing.kube.writes import each, is_not_found
 from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.repository import LedgerError, NotAdmitted
 from queueing.scheduling.jobs import WorkloadError
@@ -102,18 +109,51 @@ class WorkloadSource(PlanBinding):
         if failed:
             raise failed[0]
 
+    async def _group_gated_pods(self) -> None:
+        """The gated pods of the pod-gated kinds (StatefulSet, Deployment, LeaderWorkerSet) join their
+        group: labelled with its name, pod set and size (queueing/integrations/podgated.py), as
+        Kueue's reconcilers label them. A pod whose object is not known yet waits for it; a pod with
+        unreadable labels gets a Warning Event naming the field."""
+        for pod in self.queued_pods.list():
+            if pod.metadata.deletion_timestamp or not gated(pod) or POD_GROUP_LABEL in pod.labels:
+                continue
+            try:
+                m = membership_of(pod, self._statefulset)
+            except WorkloadError as e:
+                await self.events.emit(pod, "Warning", "InvalidPodGroup", str(e))
+                continue
+            if m is None:
+                continue
+            try:
+                raw = await self._patch(
+                    PODS, pod.name, m.patch(), pod.namespace, what=f"group of Pod {pod.key}"
+                )
+            except Exception as e:
+                if is_not_found(e):
+                    continue
+                raise
+            self.group_pods.observe(raw)
+
+    def _statefulset(self, namespace: str, name: str) -> StatefulSet | None:
+        return self.statefulsets.get(name, namespace)
+
+    def _group(self, ns: str, name: str, pods: list[Pod]) -> PodGroup:
+        return group_for(ns, name, pods, self._statefulset)
+
     async def _sync_pod_groups(self) -> None:
-        """A pod group becomes one Workload once all its pods exist; it finishes when they all ended."""
+        """A pod group becomes one Workload once all its pods exist; it finishes when its adapter says
+        so (a plain pod group: all its pods ended; a StatefulSet: scaled down to 0; ...)."""
         wpcs = {w.name: w.value for w in self.workload_priority_classes.list()}
         pcs = {p.name: p.value for p in self.priority_classes.list()}
-        for (ns, name), pods in sorted(self._groups().items()):
-            group = PodGroup(ns, name, pods)
+        groups = self._groups()
+        for (ns, name), pods in sorted(groups.items()):
+            group = self._group(ns, name, pods)
             wl = self.workloads.get(group.workload_name, ns)
             if wl is not None:
                 if wl.status.is_true(FINISHED) or wl.metadata.uid not in self.admitted:
                     continue
                 done, succeeded = group.finished()
-                if done:
+                if done and wl.metadata.uid not in self.evicting:
                     await self._finish(wl, succeeded, None)
                 continue
             if not group.complete():
@@ -125,6 +165,27 @@ class WorkloadSource(PlanBinding):
                 continue
             if want is not None:
                 await self._create_workload(want)
+        # a serving kind's admitted group whose pods are all gone: done when its object says so
+        for uid in sorted(self.admitted):
+            gone = self._workload_by_uid(uid)
+            group_name = gone.labels.get(POD_GROUP_LABEL) if gone is not None else None
+            if gone is None or not group_name or uid in self.evicting or gone.status.is_true(FINISHED):
+                continue
+            wl, name = gone, group_name
+            if (wl.namespace or "default", name) in groups:
+                continue
+            owner = next((o for o in wl.metadata.owner_references or [] if o.controller), None)
+            if owner is None or owner.kind != STATEFULSET_KIND:
+                continue
+            sts = self._statefulset(wl.namespace or "default", owner.name)
+            done, succeeded = StatefulSetGroup(
+                wl.namespace or "default",
+                name,
+                [],
+                sts if sts is not None and sts.metadata.uid == owner.uid else None,
+            ).finished()
+            if done:
+                await self._finish(wl, succeeded, None)
 
     async def _finish_all(self, finished: list[tuple[Workload, bool, Job | None]]) -> None:
         """Finished workloads: their quota released in the ledger in one transaction (one by one

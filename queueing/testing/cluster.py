@@ -31,7 +31,11 @@ from queueing.api.core import Node
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from queueing.dra.gang import ClusterState
 from queueing.scheduling.config import parse_duration
+from queueing.testing.deployments import DeploymentController
 from queueing.testing.emulator import Emulator
+from queueing.testing.leaderworkersets import LeaderWorkerSetController
+from queueing.testing.operators import PodOperator
+from queueing.testing.statefulsets import StatefulSetController
 from queueing.testing.store import AdmissionRequest, ApiError, Store
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -39,6 +43,14 @@ POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 DURATION_ANNOTATION = "simulate.queueing.dra.io/duration"
 
 Key = tuple[str, str]  # (namespace, name)
+
+# stand-in operators of the integrated kinds (each a module of queueing/testing); one whose kind is not
+# served when the stand-ins start (its CRD not installed) stays idle
+OPERATORS: tuple[type[PodOperator], ...] = (
+    DeploymentController,
+    StatefulSetController,
+    LeaderWorkerSetController,
+)
 
 
 def suspend_queued_jobs(req: AdmissionRequest) -> dict[str, Any]:
@@ -107,6 +119,7 @@ class StandIns:
             "classes": self.store.resource("deviceclasses", "resource.k8s.io"),
         }
         self._task: asyncio.Task[None] | None = None
+        self.operators = {op.PLURAL: op(self.store) for op in OPERATORS}
         self.not_ready_jobs: set[str] = set()  # the kubelet never gets these Jobs' pods Ready
         self.stuck_jobs: set[str] = set()  # these Jobs' pods do not go away when suspended (a finalizer)
         self.unscheduled_jobs: set[str] = set()  # kube-scheduler does not get to these Jobs' pods (yet)
@@ -123,10 +136,15 @@ class StandIns:
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> StandIns:
+        self._kinds = ["jobs", "pods", "claims"]
         watchers = [
-            self.store.watch(self.rt[k], None, str(self.store.rv), None, None, False)
-            for k in ("jobs", "pods", "claims")
+            self.store.watch(self.rt[k], None, str(self.store.rv), None, None, False) for k in self._kinds
         ]
+        for plural, op in self.operators.items():
+            rt = op.resource()
+            if rt is not None:
+                self._kinds.append(plural)
+                watchers.append(self.store.watch(rt, None, str(self.store.rv), None, None, False))
         self._task = asyncio.create_task(self._run(watchers))
         return self
 
@@ -150,10 +168,10 @@ class StandIns:
                     for g in getters:
                         g.cancel()
                 events: list[tuple[str, dict[str, Any]]] = []
-                for g, kind in zip(getters, ("jobs", "pods", "claims"), strict=True):
+                for g, kind in zip(getters, self._kinds, strict=True):
                     if g.done() and not g.cancelled() and g.result() is not None:
                         events.append((kind, g.result()))
-                for w, kind in zip(watchers, ("jobs", "pods", "claims"), strict=True):
+                for w, kind in zip(watchers, self._kinds, strict=True):
                     while not w.queue.empty():
                         ev = w.queue.get_nowait()
                         if ev is not None:
@@ -193,6 +211,8 @@ class StandIns:
             self._guard(self._pod, k)
         for k in list(self._claims):
             self._guard(self._release_claim, k)
+        for op in self.operators.values():
+            self._guard(op.step)
 
     def _put_claim(self, claim: dict[str, Any]) -> None:
         k = _key(claim)
@@ -222,11 +242,19 @@ class StandIns:
         pods: dict[Key, None] = {}
         gone_pods: list[dict[str, Any]] = []
         claims_changed = False
+        owners: dict[tuple[str, str, str], None] = {}  # (operator, namespace, name) to reconcile
         for kind, ev in events:
             obj = ev.get("object") or {}
             if ev.get("type") == "BOOKMARK" or "metadata" not in obj:
                 continue
             k = _key(obj)
+            if kind in self.operators:
+                owners[(kind, *k)] = None
+                continue
+            if kind == "pods" and ev["type"] == "DELETED":  # replaced by its controller
+                for plural, op in self.operators.items():
+                    if (owner := op.owner_of(obj)) is not None:
+                        owners[(plural, k[0], owner)] = None
             if kind == "jobs":
                 jobs[k] = None
             elif kind == "pods":
@@ -254,6 +282,8 @@ class StandIns:
                     self._put_claim(obj)
         for k in jobs:
             self._guard(self._job, k)
+        for plural, ns, name in owners:
+            self._guard(self.operators[plural].reconcile, ns, name)
         for k in pods:
             self._guard(self._pod, k)
         if claims_changed:

@@ -172,6 +172,7 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     **{("queueing.dra.io", f"{r}/status"): {"patch"} for r in ("clusterqueues", "localqueues", "workloads")},
     ("batch", "jobs"): {"list", "watch", "patch"},
     ("", "pods"): {"list", "watch", "patch", "delete"},
+    ("apps", "statefulsets"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims/status"): {"patch"},
     **{
@@ -234,8 +235,11 @@ def test_leases_only_in_the_controllers_namespace() -> None:
     ("build", "version"), [("deploy", "v1beta1"), ("deploy/overlays/kubernetes-1.36", "v1")]
 )
 def test_mutating_admission_policy_suspends_labelled_jobs(build: str, version: str) -> None:
-    (policy,) = objects(build, "MutatingAdmissionPolicy")
-    (binding,) = objects(build, "MutatingAdmissionPolicyBinding")
+    suspend = "queueing-suspend-queued-jobs"  # (pod-gate-policy.yaml's hold the pod-gated kinds)
+    (policy,) = [p for p in objects(build, "MutatingAdmissionPolicy") if p["metadata"]["name"] == suspend]
+    (binding,) = [
+        b for b in objects(build, "MutatingAdmissionPolicyBinding") if b["metadata"]["name"] == suspend
+    ]
     assert policy["apiVersion"] == binding["apiVersion"] == f"admissionregistration.k8s.io/{version}"
     assert "namespace" not in policy["metadata"] and "namespace" not in binding["metadata"]  # cluster-scoped
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
@@ -250,7 +254,11 @@ def test_mutating_admission_policy_suspends_labelled_jobs(build: str, version: s
     expr = re.sub(r"\s+", "", mutation["applyConfiguration"]["expression"])
     assert expr == "Object{spec:Object.spec{suspend:true}}"
     assert spec["failurePolicy"] == "Fail"
-    assert len(objects("deploy/overlays/kubernetes-1.36", "MutatingAdmissionPolicy")) == 1
+    # 1.36: every policy only at v1 (the base's v1beta1 ones deleted), the same set as the base's
+    v1 = objects("deploy/overlays/kubernetes-1.36", "MutatingAdmissionPolicy")
+    assert {p["apiVersion"] for p in v1} == {"admissionregistration.k8s.io/v1"}
+    names = sorted(p["metadata"]["name"] for p in v1)
+    assert names == sorted(p["metadata"]["name"] for p in objects("deploy", "MutatingAdmissionPolicy"))
 
 
 def test_postgres_overlay() -> None:
