@@ -15,17 +15,30 @@ queues its pods as plain pods; serving: a pod holds its quota while it runs).
 
 from __future__ import annotations
 
+from queueing.api.apps import Deployment
+from queueing.api.base import OwnerReference
 from queueing.api.core import Pod
 from queueing.integrations.names import workload_name
-from queueing.integrations.podgated import GatedGroup, Membership, all_ended, owner_of
+from queueing.integrations.podgated import GatedGroup, Membership, all_ended, owner_of, pod_from
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL
 
-__all__ = ["KIND", "OWNER_KINDS", "DeploymentPod", "membership"]
+__all__ = ["KIND", "OWNER_KINDS", "DeploymentPod", "membership", "pod_of", "replicas"]
 
 KIND = "Deployment"
 # a Deployment's pods are its ReplicaSets' (the stand-in cluster has no ReplicaSets: its pods are the
 # Deployment's own)
 OWNER_KINDS = ("ReplicaSet", "Deployment")
+
+
+def replicas(dep: Deployment) -> int:
+    return dep.spec.replicas if dep.spec.replicas is not None else 1
+
+
+def pod_of(dep: Deployment, name: str | None, labels: dict[str, str] | None = None) -> Pod:
+    """One of its pods, named ``name`` (None: by the API server; the stand-in cluster has no ReplicaSets: the Deployment is
+    the pod's controller)."""
+    owner = OwnerReference(api_version="apps/v1", kind=KIND, name=dep.name, uid=dep.metadata.uid or "")
+    return pod_from(dep.spec.template, owner, dep.namespace or "default", name, labels=labels)
 
 
 def membership(pod: Pod) -> Membership | None:

@@ -19,11 +19,13 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from queueing.api.apps import LeaderWorkerSet
 from queueing.api.base import OwnerReference
 from queueing.api.core import Pod
 from queueing.integrations.names import workload_name
-from queueing.integrations.podgated import GatedGroup, Membership
+from queueing.integrations.podgated import GatedGroup, Membership, pod_from
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "group_index",
     "membership",
     "owner_ref",
+    "pods_of",
 ]
 
 KIND = "LeaderWorkerSet"
@@ -45,10 +48,53 @@ GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+LEADER_NAME_ANNOTATION = "leaderworkerset.sigs.k8s.io/leader-name"
 
 
 def owner_ref(lws: LeaderWorkerSet) -> OwnerReference:
     return OwnerReference(api_version=API_VERSION, kind=KIND, name=lws.name, uid=lws.metadata.uid or "")
+
+
+def pods_of(lws: LeaderWorkerSet) -> list[Pod]:
+    """The pods its controller (with its StatefulSets) creates: per replica group ``g`` a leader
+    ``<name>-<g>`` (``leaderTemplate``, else ``workerTemplate``) and ``size - 1`` workers
+    ``<name>-<g>-<w>``, labelled and annotated as the LeaderWorkerSet controller does. In a real
+    cluster the leader's controller is the leader StatefulSet ``<name>`` and a worker's the group's
+    StatefulSet ``<name>-<g>``; their owner references here name those with the LeaderWorkerSet's UID."""
+    lwt = lws.spec.leader_worker_template
+    size = lwt.size if lwt.size is not None else 1
+    ns = lws.namespace or "default"
+    out = []
+    for g in range(lws.spec.replicas if lws.spec.replicas is not None else 1):
+        leader = f"{lws.name}-{g}"
+        key = hashlib.sha1(f"{ns}/{leader}".encode()).hexdigest()
+        for w in range(size):
+            name = leader if w == 0 else f"{leader}-{w}"
+            annotations = {SIZE_ANNOTATION: str(size)}
+            if w:
+                annotations[LEADER_NAME_ANNOTATION] = leader
+            owner = OwnerReference(
+                api_version="apps/v1",
+                kind="StatefulSet",
+                name=lws.name if w == 0 else leader,
+                uid=lws.metadata.uid or "",
+            )
+            pod = pod_from(
+                (lwt.leader_template if w == 0 else None) or lwt.worker_template,
+                owner,
+                ns,
+                name,
+                labels={
+                    NAME_LABEL: lws.name,
+                    GROUP_INDEX_LABEL: str(g),
+                    WORKER_INDEX_LABEL: str(w),
+                    GROUP_KEY_LABEL: key,
+                },
+                annotations=annotations,
+            )
+            pod.spec.__pydantic_extra__ = {**(pod.spec.__pydantic_extra__ or {}), "hostname": name}
+            out.append(pod)
+    return out
 
 
 def group_index(pod: Pod) -> int | None:

@@ -35,7 +35,7 @@ from queueing.controller.plan import (
 from queueing.integrations.podgroup import PodGroup, ended
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, job_priority
 
-__all__ = ["GatedGroup", "Membership", "gated", "owner_of", "template_of"]
+__all__ = ["GatedGroup", "Membership", "gated", "owner_of", "pod_from", "template_of", "with_membership"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,45 @@ def owner_of(pod: Pod, kind: str) -> OwnerReference | None:
         (o for o in pod.metadata.owner_references or [] if o.controller and o.kind == kind),
         None,
     )
+
+
+def pod_from(
+    template: PodTemplateSpec,
+    owner: OwnerReference,
+    namespace: str,
+    name: str | None,
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> Pod:
+    """A pod of ``template`` as its controller creates it (controlled by ``owner``); what the stand-in
+    controllers create and ``queueing simulate`` queues (``name`` None: the API server names it)."""
+    meta = template.metadata or {}
+    return Pod.model_validate(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                **({"name": name} if name is not None else {}),
+                "namespace": namespace,
+                "labels": {**(meta.get("labels") or {}), **(labels or {})},
+                "annotations": {**(meta.get("annotations") or {}), **(annotations or {})},
+                "ownerReferences": [{**owner.to_dict(), "controller": True, "blockOwnerDeletion": True}],
+            },
+            "spec": template.spec.to_dict(),
+        }
+    )
+
+
+def with_membership(pod: Pod, m: Membership) -> Pod:
+    """The pod as the controller labels it (its group, pod set and the group's size)."""
+    meta = pod.metadata.model_copy(
+        update={
+            "labels": {**pod.labels, POD_GROUP_LABEL: m.group, POD_SET_LABEL: m.pod_set},
+            "annotations": {**pod.annotations, POD_GROUP_TOTAL_ANNOTATION: str(m.total)},
+        }
+    )
+    return pod.model_copy(update={"metadata": meta})
 
 
 def template_of(pod: Pod) -> PodTemplateSpec:

@@ -19,10 +19,10 @@ from queueing.api.apps import StatefulSet
 from queueing.api.base import OwnerReference
 from queueing.api.core import Pod
 from queueing.integrations.names import workload_name
-from queueing.integrations.podgated import GatedGroup, Membership, owner_of
+from queueing.integrations.podgated import GatedGroup, Membership, owner_of, pod_from
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL
 
-__all__ = ["KIND", "StatefulSetGroup", "membership", "owner_ref", "replicas"]
+__all__ = ["KIND", "StatefulSetGroup", "membership", "owner_ref", "pods_of", "replicas"]
 
 KIND = "StatefulSet"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # a LeaderWorkerSet's StatefulSets are not ours
@@ -34,6 +34,25 @@ def replicas(sts: StatefulSet) -> int:
 
 def owner_ref(sts: StatefulSet) -> OwnerReference:
     return OwnerReference(api_version="apps/v1", kind=KIND, name=sts.name, uid=sts.metadata.uid or "")
+
+
+def pods_of(sts: StatefulSet) -> list[Pod]:
+    """The pods its controller creates: ``<name>-0`` .. ``<name>-<replicas-1>``, all at once
+    (``podManagementPolicy: Parallel``, which a gang needs: with OrderedReady a pod waits for the one
+    before it to be Ready, which waits for the whole gang), each with its hostname."""
+    out = []
+    for i in range(replicas(sts)):
+        name = f"{sts.name}-{i}"
+        pod = pod_from(
+            sts.spec.template,
+            owner_ref(sts),
+            sts.namespace or "default",
+            name,
+            labels={"statefulset.kubernetes.io/pod-name": name, "apps.kubernetes.io/pod-index": str(i)},
+        )
+        pod.spec.__pydantic_extra__ = {**(pod.spec.__pydantic_extra__ or {}), "hostname": name}
+        out.append(pod)
+    return out
 
 
 def membership(pod: Pod, sts: StatefulSet | None) -> Membership | None:

@@ -1,6 +1,6 @@
-"""The stand-in Deployment controller: ``spec.replicas`` pods from ``spec.template`` (the stand-in
-cluster has no ReplicaSets: the pods are the Deployment's own, named ``<name>-<random>``, with its
-controller reference)."""
+"""The stand-in Deployment controller: ``spec.replicas`` pods of ``spec.template``
+(queueing.integrations.deployment.pod_of: the stand-in cluster has no ReplicaSets, the pods are the
+Deployment's own, named ``<name>-<template hash>-<random>``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import hashlib
 import json
 from typing import Any
 
+from queueing.api.apps import Deployment
+from queueing.integrations import deployment
 from queueing.testing.operators import PodOperator
 
 __all__ = ["DeploymentController"]
@@ -18,16 +20,18 @@ class DeploymentController(PodOperator):
     PLURAL = "deployments"
 
     def wanted(self, obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        spec = obj.get("spec") or {}
-        template = spec.get("template") or {}
-        replicas = spec.get("replicas", 1)
-        tmpl_hash = hashlib.sha1(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
-        pod = self.pod_from(template, obj, labels={"pod-template-hash": tmpl_hash})
-        pod["count"] = replicas
-        return {f"{obj['metadata']['name']}-{tmpl_hash}-": pod}
+        dep = Deployment.model_validate(obj)
+        tmpl_hash = hashlib.sha1(
+            json.dumps(obj["spec"].get("template"), sort_keys=True).encode()
+        ).hexdigest()[:10]
+        prefix = f"{dep.name}-{tmpl_hash}-"
+        pod = deployment.pod_of(dep, None, {"pod-template-hash": tmpl_hash}).to_dict()
+        pod["count"] = deployment.replicas(dep)
+        return {prefix: pod}
 
     def owner_of(self, pod: dict[str, Any]) -> str | None:
         ref = next(
-            (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == "Deployment"), None
+            (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == deployment.KIND),
+            None,
         )
         return ref["name"] if ref else None

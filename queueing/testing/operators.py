@@ -57,41 +57,6 @@ class PodOperator:
             p for p in pods if any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])
         ]
 
-    @staticmethod
-    def pod_from(
-        template: dict[str, Any],
-        owner: dict[str, Any],
-        *,
-        labels: dict[str, str] | None = None,
-        annotations: dict[str, str] | None = None,
-        kind: str | None = None,
-        name: str | None = None,
-    ) -> dict[str, Any]:
-        """A pod of ``template`` controlled by ``owner`` (``kind``/``name`` of the reference: the
-        object's own unless given: a LeaderWorkerSet's pods are its StatefulSets')."""
-        tmeta = template.get("metadata") or {}
-        meta = owner["metadata"]
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "namespace": meta["namespace"],
-                "labels": {**(tmeta.get("labels") or {}), **(labels or {})},
-                "annotations": {**(tmeta.get("annotations") or {}), **(annotations or {})},
-                "ownerReferences": [
-                    {
-                        "apiVersion": owner["apiVersion"] if kind is None else "apps/v1",
-                        "kind": kind or owner["kind"],
-                        "name": name or meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": copy.deepcopy(template.get("spec") or {}),
-        }
-
     def reconcile(self, ns: str, name: str) -> None:
         """Create the missing pods and delete the unwanted ones of object ``ns/name``."""
         rt = self.resource()
@@ -109,7 +74,6 @@ class PodOperator:
         named = {k: v for k, v in want.items() if not k.endswith("-")}
         for pod_name, pod in named.items():
             if pod_name not in have:
-                pod["metadata"]["name"] = pod_name
                 with contextlib.suppress(ApiError):  # e.g. a pod of that name still being deleted
                     self.store.create(self.pods_rt, ns, pod)
         for pod_name, p in have.items():
@@ -125,6 +89,7 @@ class PodOperator:
             )
             for _ in range(count - len(mine)):
                 body = copy.deepcopy(pod)
+                body["metadata"].pop("name", None)
                 body["metadata"]["generateName"] = prefix
                 self.store.create(self.pods_rt, ns, body)
             for extra in mine[count:]:

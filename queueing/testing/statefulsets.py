@@ -1,18 +1,16 @@
-"""The stand-in StatefulSet controller: pods ``<name>-0`` .. ``<name>-<replicas-1>`` from
-``spec.template``, all at once (``podManagementPolicy: Parallel``, which a gang needs: with
-OrderedReady a pod waits for the one before it to be Ready, which waits for the whole gang), each
-with its hostname and the StatefulSet's pod labels; the ordinals at or above ``replicas`` are deleted
-(scaled down)."""
+"""The stand-in StatefulSet controller: the pods of queueing.integrations.statefulset.pods_of
+(``<name>-0`` .. ``<name>-<replicas-1>``, all at once); the ordinals at or above ``replicas`` are
+deleted (scaled down)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from queueing.api.apps import StatefulSet
+from queueing.integrations import leaderworkerset, statefulset
 from queueing.testing.operators import PodOperator
 
 __all__ = ["StatefulSetController"]
-
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 
 
 class StatefulSetController(PodOperator):
@@ -20,27 +18,13 @@ class StatefulSetController(PodOperator):
     PLURAL = "statefulsets"
 
     def wanted(self, obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        spec = obj.get("spec") or {}
-        name = obj["metadata"]["name"]
-        out = {}
-        for i in range(spec.get("replicas", 1)):
-            pod_name = f"{name}-{i}"
-            pod = self.pod_from(
-                spec.get("template") or {},
-                obj,
-                labels={
-                    "statefulset.kubernetes.io/pod-name": pod_name,
-                    "apps.kubernetes.io/pod-index": str(i),
-                },
-            )
-            pod["spec"]["hostname"] = pod_name
-            out[pod_name] = pod
-        return out
+        return {p.name: p.to_dict() for p in statefulset.pods_of(StatefulSet.model_validate(obj))}
 
     def owner_of(self, pod: dict[str, Any]) -> str | None:
-        if LWS_NAME_LABEL in (pod["metadata"].get("labels") or {}):
+        if leaderworkerset.NAME_LABEL in (pod["metadata"].get("labels") or {}):
             return None  # a LeaderWorkerSet's (the stand-in LeaderWorkerSet controller's)
         ref = next(
-            (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == "StatefulSet"), None
+            (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == statefulset.KIND),
+            None,
         )
         return ref["name"] if ref else None
