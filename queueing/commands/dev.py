@@ -34,6 +34,9 @@ HELP = "Run a local cluster (API emulator, stand-in Job controller/scheduler/kub
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 SUSPEND_POLICY = CHECKOUT / "deploy" / "base" / "mutating-admission-policy.yaml"
+# the pod-gated kinds' policies (queue name into pod templates, the admission gate on their pods)
+TEST_CRDS = Path(__file__).resolve().parents[1] / "testing" / "crds"
+POD_GATE_POLICY = CHECKOUT / "deploy" / "base" / "pod-gate-policy.yaml"
 CONTROLLER_NAMESPACE = "queueing-system"
 
 # The one coherent example cluster: examples/kustomization.yaml lists its files in load order
@@ -106,7 +109,11 @@ def load_cluster(emu: Any, examples: Path | None) -> list[str]:
         created += emu.load_objects(SUSPEND_POLICY)
     else:
         emu.store.admission_hooks.append(suspend_queued_jobs)
+    if POD_GATE_POLICY.is_file():
+        created += emu.load_objects(POD_GATE_POLICY)
     created += emu.load_objects(list(all_crds()))
+    # the integrated kinds' CRDs written for our tests (LeaderWorkerSet), as if their operators were installed
+    created += [f"CustomResourceDefinition/{n}" for n in emu.load_crds(TEST_CRDS)]
     created += emu.load_objects(
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROLLER_NAMESPACE}}]
     )

@@ -46,8 +46,13 @@ def kustomize(directory: str) -> tuple[dict[str, Any], ...]:
 
 @functools.cache
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """Our CRDs' schemas, and those of the CRDs written for the tests (queueing/testing/crds: the
+    integrated kinds' operators' CRDs, e.g. LeaderWorkerSet)."""
     out = {}
-    for crd in crdgen.all_crds():
+    test_crds = [
+        d for p in sorted((ROOT / "queueing/testing/crds").glob("*.yaml")) for d in load_yaml_docs(p)
+    ]
+    for crd in [*crdgen.all_crds(), *test_crds]:
         group = crd["spec"]["group"]
         for v in crd["spec"]["versions"]:
             out[(f"{group}/{v['name']}", crd["spec"]["names"]["kind"])] = v["schema"]["openAPIV3Schema"]
