@@ -35,7 +35,6 @@ HELP = "Run a local cluster (API emulator, stand-in Job controller/scheduler/kub
 CHECKOUT = Path(__file__).resolve().parents[2]
 SUSPEND_POLICY = CHECKOUT / "deploy" / "base" / "mutating-admission-policy.yaml"
 # the pod-gated kinds' policies (queue name into pod templates, the admission gate on their pods)
-TEST_CRDS = Path(__file__).resolve().parents[1] / "testing" / "crds"
 POD_GATE_POLICY = CHECKOUT / "deploy" / "base" / "pod-gate-policy.yaml"
 CONTROLLER_NAMESPACE = "queueing-system"
 
@@ -103,6 +102,7 @@ def load_cluster(emu: Any, examples: Path | None) -> list[str]:
     cluster into the emulator; returns ``kind/name`` of what was created. A failure raises."""
     from queueing.api.crdgen import all_crds
     from queueing.testing.cluster import suspend_queued_jobs
+    from queueing.testing.operator import TEST_CRDS
 
     created: list[str] = []
     if SUSPEND_POLICY.is_file():
@@ -112,8 +112,9 @@ def load_cluster(emu: Any, examples: Path | None) -> list[str]:
     if POD_GATE_POLICY.is_file():
         created += emu.load_objects(POD_GATE_POLICY)
     created += emu.load_objects(list(all_crds()))
-    # the integrated kinds' CRDs written for our tests (LeaderWorkerSet), as if their operators were installed
-    created += [f"CustomResourceDefinition/{n}" for n in emu.load_crds(TEST_CRDS)]
+    created += emu.load_objects(
+        TEST_CRDS
+    )  # the integrated kinds (RayJob, JobSet, LeaderWorkerSet, ...): test CRDs
     created += emu.load_objects(
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROLLER_NAMESPACE}}]
     )

@@ -1,7 +1,12 @@
 """The controller's state and what every reconciler shares: the informers and the indexes their
 deltas keep (Workloads by UID and owner, the pending set, the cluster cache), the per-workload
-records (queueing/controller/records.py), the wake-ups, and the API writes (Workload status, Job
-suspension, Workload creation) with their retries.
+records (queueing/controller/records.py), the wake-ups, and the API writes (Workload status,
+suspension of a Job or another integrated kind, Workload creation) with their retries.
+
+The integrated kinds (queueing/integrations/registry.py) are watched per entry: one
+:class:`KindSource` each for the kinds held by suspend (batch/v1 Job, RayJob, RayCluster, JobSet);
+a kind served from a CRD gets its informer only once the CustomResourceDefinitions informer sees the
+CRD served (and loses it when the CRD goes).
 
 The reconcilers build on it, one concern per module: ``binding`` (plan binding), ``source`` (the
 workload source: Jobs and pod groups become Workloads and finish), ``eviction``, ``admission``
@@ -17,11 +22,10 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from queueing.api.apps import StatefulSet
 from queueing.api.base import KubeObject
 from queueing.api.core import Job, Namespace, Node, Pod, PriorityClass
 from queueing.api.resource import (
@@ -63,10 +67,13 @@ from queueing.dra.binding import (
     BindingDecision,
     UpstreamView,
 )
+from queueing.integrations.base import SuspendableJob
 from queueing.integrations.job import BatchJob
+from queueing.integrations.registry import Integration, pod_gated, suspendable
 from queueing.kube.client import (
     CLUSTER_QUEUES,
     COHORTS,
+    CRDS,
     DEVICE_CLASSES,
     JOBS,
     LOCAL_QUEUES,
@@ -78,7 +85,6 @@ from queueing.kube.client import (
     RESOURCE_CLAIMS,
     RESOURCE_FLAVORS,
     RESOURCE_SLICES,
-    STATEFULSETS,
     TOPOLOGIES,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
@@ -114,6 +120,46 @@ def _epoch(ts: str | None) -> float:
         return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
+
+
+@dataclass
+class KindSource:
+    """One integrated kind held by suspend: its informer (None while its CRD is not served), the keys
+    of its objects to look at in the next sync (an ordered set, in delta order), and whether all are."""
+
+    integration: Integration
+    informer: Any = None  # Informer[...] (Jobs: an Informer or JobSources)
+    dirty: dict[str, None] = field(default_factory=dict)
+    all_dirty: bool = True
+
+    @property
+    def kind(self) -> str:
+        return self.integration.kind
+
+    @property
+    def resource(self) -> Resource:
+        i = self.integration
+        return JOBS if i.kind == "Job" else Resource(i.group, i.version, i.plural, True, i.kind)
+
+    @property
+    def ready(self) -> bool:
+        """Its informer is running and has listed once."""
+        inf = self.informer
+        if inf is None:
+            return False
+        return all(i.has_synced for i in getattr(inf, "informers", [inf]))
+
+
+def _crd_projection(raw: dict[str, Any]) -> dict[str, Any]:
+    """What the CRD informer keeps of a CustomResourceDefinition: its name and served versions."""
+    versions = ((raw.get("spec") or {}).get("versions")) or []
+    meta = raw.get("metadata") or {}
+    return {
+        "apiVersion": raw.get("apiVersion"),
+        "kind": raw.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta},
+        "spec": {"versions": [{"name": v.get("name"), "served": v.get("served")} for v in versions]},
+    }
 
 
 @dataclass
@@ -201,13 +247,10 @@ class ControllerBase:
             self.jobs = JobSources(job_informers)
         self.pods: Informer[Pod] = inf(PODS, Pod, label_selector=WORKLOAD_UID_LABEL)
         self.group_pods: Informer[Pod] = inf(PODS, Pod, label_selector=POD_GROUP_LABEL)
-        # pod-gated kinds (queueing/integrations/podgated.py): queued pods not in a group yet, and the
-        # StatefulSets (replicas, owner) their groups are of
+        # pod-gated kinds (queueing/integrations/podgated.py): queued pods not in a group yet (their
+        # objects: ``gated_sources`` below)
         self.queued_pods: Informer[Pod] = inf(
             PODS, Pod, label_selector=f"{QUEUE_NAME_LABEL},!{POD_GROUP_LABEL}"
-        )
-        self.statefulsets: Informer[StatefulSet] = inf(
-            STATEFULSETS, StatefulSet, label_selector=QUEUE_NAME_LABEL
         )
         self.nodes: Informer[Node] = inf(NODES, Node)
         self.slices: Informer[ResourceSlice] = inf(RESOURCE_SLICES, ResourceSlice)
@@ -242,12 +285,24 @@ class ControllerBase:
         self._specs: Any = None  # queue_specs(...): built again on a queue, cohort or flavor delta
         self._wl_uids: dict[str, str] = {}  # Workload UID -> key
         self._owned: dict[str, str] = {}  # controlling owner's UID -> key of its Workload
+        # the integrated kinds held by suspend (queueing/integrations/registry.py), by kind; a kind
+        # from a CRD gets its informer when the CRD is served (``_crd_delta``)
+        self.sources: dict[str, KindSource] = {i.kind: KindSource(i) for i in suspendable()}
+        self.sources["Job"].informer = self.jobs
+        # the pod-gated kinds whose objects are read (StatefulSet: replicas and owner; LeaderWorkerSet,
+        # from a CRD: owner and when a group is scaled away), by kind; never synced as sources
+        self.gated_sources: dict[str, KindSource] = {i.kind: KindSource(i) for i in pod_gated()}
+        for src in self.gated_sources.values():
+            if not src.integration.crd:
+                src.informer = inf(src.resource, src.integration.model, label_selector=QUEUE_NAME_LABEL)
+        self._informers_running = False
+        self.crds: Informer[KubeObject] = inf(CRDS, KubeObject, transform=_crd_projection)
+        self.crds.add_mirror(self._crd_delta)
         # Jobs (keys) to look at in the next sync, in the order their deltas came (an ordered set)
-        self._dirty_jobs: dict[str, None] = {}
+        self._dirty_jobs: dict[str, None] = self.sources["Job"].dirty
         # at most this many Jobs get writes (Workload created, suspended) per sync: the rest wait for
         # the next, so that a burst of new Jobs does not hold up admissions, starts and finishes
         self.jobs_per_sync = 256
-        self._all_jobs_dirty = True
         self._admitted_seen: dict[str, str] = {}  # uid -> key of the admissions the pending set knows
         self.workloads.add_mirror(self._workload_delta)
         self.jobs.add_mirror(lambda old, new: self._dirty_jobs.setdefault((new or old).key))  # type: ignore[union-attr]
@@ -269,6 +324,7 @@ class ControllerBase:
             context_informer.add_mirror(self._context_delta)
         self.claims.add_mirror(self._claim_delta)
         self.informers: list[Informer[Any]] = [
+            self.crds,
             self.flavors,
             self.topologies,
             self.cohorts,
@@ -280,7 +336,7 @@ class ControllerBase:
             self.pods,
             self.group_pods,
             self.queued_pods,
-            self.statefulsets,
+            *(src.informer for src in self.gated_sources.values() if src.informer is not None),
             self.nodes,
             self.slices,
             self.device_classes,
@@ -314,6 +370,7 @@ class ControllerBase:
         # independent API writes (one per Workload or Job) in flight at once within a step
         self.write_concurrency = 16
         self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Future[None]] = set()  # informers of a removed CRD stopping
         self._retry_handle: asyncio.TimerHandle | None = None
         self._timer_handles: dict[float, asyncio.TimerHandle] = {}
         self._step = asyncio.Lock()  # held during one sync: a graceful stop waits for it
@@ -344,9 +401,73 @@ class ControllerBase:
                     self._owned[o.uid] = wl.key
                 elif self._owned.get(o.uid) == wl.key:
                     del self._owned[o.uid]
-                if o.kind == "Job":
-                    self._dirty_jobs.setdefault(f"{wl.namespace}/{o.name}")
+                src = self._source_for(o.api_version, o.kind)
+                if src is not None:
+                    src.dirty.setdefault(f"{wl.namespace}/{o.name}")
             self.pending.mark(wl.key)
+
+    def _source_for(self, api_version: str, kind: str) -> KindSource | None:
+        src = self.sources.get(kind)
+        return src if src is not None and src.integration.api_version == api_version else None
+
+    def _gated_object(self, kind: str, namespace: str, name: str) -> Any:
+        """An object of a watched pod-gated kind (None: not one, unknown, or its CRD not served)."""
+        src = self.gated_sources.get(kind)
+        return src.informer.get(name, namespace) if src is not None and src.informer is not None else None
+
+    def _mark_all_sources(self) -> None:
+        """Every object of every integrated kind is looked at in the next sync."""
+        for src in self.sources.values():
+            src.all_dirty = True
+
+    def _crd_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
+        """A CRD changed: an integrated kind's informer starts when its CRD serves its version, and
+        stops when it no longer does."""
+        name = (new or old).name  # type: ignore[union-attr]
+        for src in [*self.sources.values(), *self.gated_sources.values()]:
+            integ = src.integration
+            if not integ.crd or integ.crd_name != name:
+                continue
+            versions = ((new.to_dict().get("spec") or {}).get("versions") or []) if new is not None else []
+            served = any(v.get("name") == integ.version and v.get("served") for v in versions)
+            if served and src.informer is None:
+                self._enable_source(src)
+            elif not served and src.informer is not None:
+                self._disable_source(src)
+
+    def _enable_source(self, src: KindSource) -> None:
+        i: Informer[Any] = Informer(
+            self.kube, src.resource, src.integration.model, label_selector=QUEUE_NAME_LABEL
+        )
+        i.add_handler(self._on_change)
+        i.add_mirror(lambda old, new: src.dirty.setdefault((new or old).key))  # type: ignore[union-attr]
+        src.informer, src.all_dirty = i, True
+        self.informers.append(i)
+        if self._informers_running:
+            i.start()
+        log.info("integration %s enabled: CRD %s is served", src.kind, src.integration.crd_name)
+        self._wake.set()
+
+    def _disable_source(self, src: KindSource) -> None:
+        i = src.informer
+        src.informer = None
+        src.dirty.clear()
+        if i in self.informers:
+            self.informers.remove(i)
+        task = asyncio.ensure_future(i.stop())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        log.info("integration %s disabled: CRD %s is not served", src.kind, src.integration.crd_name)
+
+    def log_disabled_sources(self) -> None:
+        """One line per integrated kind whose CRD is not installed (not an error)."""
+        for src in [*self.sources.values(), *self.gated_sources.values()]:
+            if src.integration.crd and src.informer is None:
+                log.info(
+                    "integration %s disabled: CRD %s is not installed (its informer starts when it is)",
+                    src.kind,
+                    src.integration.crd_name,
+                )
 
     def _queues_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
         self._specs = None
@@ -379,8 +500,9 @@ class ControllerBase:
         wl = self.workloads.get_key(key)
         if wl is not None:
             for o in wl.metadata.owner_references or []:
-                if o.controller and o.kind == "Job":
-                    self._dirty_jobs.setdefault(f"{wl.namespace}/{o.name}")
+                src = self._source_for(o.api_version, o.kind) if o.controller else None
+                if src is not None:
+                    src.dirty.setdefault(f"{wl.namespace}/{o.name}")
 
     def _on_change(self, old: KubeObject | None, new: KubeObject | None) -> None:
         if new is None and old is not None:
@@ -482,13 +604,21 @@ class ControllerBase:
         )
         self._recorded.add(uid)
 
-    def _job_of(self, wl: Workload) -> Job | None:
+    def _source_of(self, wl: Workload) -> SuspendableJob | None:
+        """The object of an integrated kind held by suspend that owns ``wl`` (as its adapter)."""
         for o in wl.metadata.owner_references or []:
-            if o.controller and o.kind == "Job":
-                job = self.jobs.get(o.name, wl.namespace)
-                if job is not None and job.metadata.uid == o.uid:
-                    return job
+            src = self._source_for(o.api_version, o.kind) if o.controller else None
+            if src is None or src.informer is None:
+                continue
+            obj = src.informer.get(o.name, wl.namespace)
+            if obj is not None and obj.metadata.uid == o.uid:
+                return src.integration.adapt(obj, self.config.accept_kueue_labels)
         return None
+
+    def _job_of(self, wl: Workload) -> Job | None:
+        """The batch/v1 Job that owns ``wl`` (:meth:`_source_of` for Jobs)."""
+        src = self._source_of(wl)
+        return src.job if isinstance(src, BatchJob) else None
 
     def _groups(self) -> dict[tuple[str, str], list[Pod]]:
         out: dict[tuple[str, str], list[Pod]] = {}
@@ -498,18 +628,27 @@ class ControllerBase:
             out.setdefault((p.namespace or "default", p.labels.get(POD_GROUP_LABEL, "")), []).append(p)
         return out
 
-    async def _suspend(self, job: Job, why: str) -> None:
-        """Suspend a Job (its pods are deleted by the Job controller); a partial admission's lowered
-        parallelism is given back in the same write (as Kueue restores the pod set info)."""
-        body = BatchJob(job).suspend_patch()
+    async def _suspend(self, job: Job | SuspendableJob, why: str) -> None:
+        """Suspend an object held by suspend (its operator deletes its pods); a partial admission's
+        lowered counts are given back in the same write (as Kueue restores the pod set info)."""
+        src_job: SuspendableJob = BatchJob(job) if isinstance(job, Job) else job
+        obj = src_job.object
+        src = self.sources[obj.kind or "Job"]
+        body = src_job.suspend_patch()
         raw = await retrying(
-            lambda: self.kube.patch(JOBS, job.name, body, job.namespace),
-            what=f"suspend Job {job.key}",
+            lambda: self.kube.patch(
+                src.resource,
+                obj.name,
+                body,
+                obj.namespace,
+                patch_type="json" if isinstance(body, list) else "merge",
+            ),
+            what=f"suspend {src.kind} {obj.key}",
         )
-        self.jobs.observe(raw)
+        src.informer.observe(raw)
         self.stats.suspended += 1
-        log.info("suspended Job %s: %s", job.key, why)
-        await self.events.emit(job, "Normal", "Suspended", why)
+        log.info("suspended %s %s: %s", src.kind, obj.key, why)
+        await self.events.emit(obj, "Normal", "Suspended", why)
 
     async def _create_workload(self, wl: Workload) -> None:
         body = _without_nulls(wl.to_dict())

@@ -1,5 +1,5 @@
-"""Plan binding: an admitted Workload's Job is started (placement gate, planned node, admitted
-parallelism) and its pods get their planned nodes and, in Full mode, their claims the planned
+"""Plan binding: an admitted Workload's object (a Job or another integrated kind held by suspend) is
+started in one write (per pod set: placement gate, planned node, admitted count) and its pods get their planned nodes and, in Full mode, their claims the planned
 allocation; in NodeOnly/Auto mode kube-scheduler's allocations are checked against the plan, and the
 devices of a released admission are held until those allocations are confirmed."""
 
@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from queueing.api.core import Job, Pod
+from queueing.api.core import Pod
 from queueing.api.resource import (
     ResourceClaim,
 )
@@ -31,7 +31,6 @@ from queueing.controller.plan import (
     GATE_ADMISSION,
     GATE_PLACEMENT,
     HOSTNAME_LABEL,
-    ORIGINAL_PARALLELISM_ANNOTATION,
     PLACEMENT_INDEX_ANNOTATION,
     POD_GROUP_LABEL,
     POD_SET_LABEL,
@@ -39,7 +38,6 @@ from queueing.controller.plan import (
     DeviceIndex,
     allocation_for,
     is_implicit_claim,
-    job_finished,
     ledger_pods,
     needs_gate,
     plan_summary,
@@ -53,9 +51,8 @@ from queueing.dra.binding import (
     device_results,
 )
 from queueing.faults import fault_point
-from queueing.integrations.job import original_parallelism as _original_parallelism
+from queueing.integrations.base import PodSetStart, SuspendableJob
 from queueing.kube.client import (
-    JOBS,
     PODS,
     RESOURCE_CLAIMS,
 )
@@ -185,8 +182,8 @@ class PlanBinding(ControllerBase):
             admission = self.admissions.get(uid)
             if wl is None or admission is None:
                 return
-            job = self._job_of(wl)
-            if job is not None and job.spec.suspend and not job_finished(job)[0]:
+            job = self._source_of(wl)
+            if job is not None and job.is_suspended() and not job.finished()[0]:
                 await self._start_job(wl, job, admission)
             pods = pods_by_wl.get(uid, [])
             if any(_gated(p) for p in pods):
@@ -237,61 +234,54 @@ class PlanBinding(ControllerBase):
         fault_point("bind.after_claim_allocation")
         return True
 
-    async def _start_job(self, wl: Workload, job: Job, admission: Admission) -> None:
-        """Unsuspend an admitted Job in one write: pod template label (our pods informer), the placement
-        gate when needed, the planned node when every pod of the pod set has the same one, the admitted
-        parallelism (partial admission). Shared claims get their allocation first (Full mode)."""
+    async def _start_job(self, wl: Workload, job: SuspendableJob, admission: Admission) -> None:
+        """Unsuspend an admitted object in one write, per pod set: pod template labels (our pods
+        informer), the placement gate when needed, the planned node when every pod of the pod set has
+        the same one, the admitted count (partial admission). Shared claims get their allocation first
+        (Full mode)."""
         ns = wl.namespace or "default"
-        psa = admission.pod_set_assignments[0] if admission.pod_set_assignments else None
-        if psa is None:
+        if not admission.pod_set_assignments:
             return
         binding = self._binding(wl, admission)
         full = not binding.node_only
         if full:
-            for p in psa.placements or []:
-                for c in p.claims or []:
-                    if c.resource_claim_name and not is_implicit_claim(c):
-                        claim = self.claims.get(c.resource_claim_name, ns)
-                        if claim is None:
-                            return  # wait for it (the claims informer wakes us)
-                        await self._allocate(claim, c, p.node_name)
-        template: dict[str, Any] = {
-            "metadata": {"labels": {WORKLOAD_UID_LABEL: wl.metadata.uid, POD_SET_LABEL: psa.name}},
-        }
-        spec: dict[str, Any] = {}
-        nodes = {p.node_name for p in psa.placements or []}
-        if len(nodes) == 1:
-            spec["nodeSelector"] = {HOSTNAME_LABEL: next(iter(nodes))}
-        elif HOSTNAME_LABEL in (job.spec.template.spec.node_selector or {}):
+            for psa in admission.pod_set_assignments:
+                for p in psa.placements or []:
+                    for c in p.claims or []:
+                        if c.resource_claim_name and not is_implicit_claim(c):
+                            claim = self.claims.get(c.resource_claim_name, ns)
+                            if claim is None:
+                                return  # wait for it (the claims informer wakes us)
+                            await self._allocate(claim, c, p.node_name)
+        starts: dict[str, PodSetStart] = {}
+        for psa in admission.pod_set_assignments:
+            nodes = {p.node_name for p in psa.placements or []}
             ps = wl.pod_set(psa.name)
-            if ps is None or HOSTNAME_LABEL not in (ps.template.spec.node_selector or {}):
-                spec["nodeSelector"] = {HOSTNAME_LABEL: None}  # a previous admission's node
-        if needs_gate(admission, psa.name, full, self._template_claims(wl, psa.name)):
-            spec["schedulingGates"] = [{"name": GATE_PLACEMENT}]
-        if spec:
-            template["spec"] = spec
-        patch: dict[str, Any] = {"spec": {"suspend": False, "template": template}}
-        original = _original_parallelism(job)
-        own = original if original is not None else job.spec.parallelism
-        if psa.count is not None and own is not None and psa.count < own:
-            # partial admission: the Job's own parallelism is kept to be restored on suspension
-            patch["spec"]["parallelism"] = psa.count
-            patch["metadata"] = {"annotations": {ORIGINAL_PARALLELISM_ANNOTATION: str(own)}}
-        elif original is not None:  # left from an earlier partial admission: admitted in full now
-            patch["spec"]["parallelism"] = original
-            patch["metadata"] = {"annotations": {ORIGINAL_PARALLELISM_ANNOTATION: None}}
+            starts[psa.name] = PodSetStart(
+                name=psa.name,
+                labels={WORKLOAD_UID_LABEL: wl.metadata.uid or "", POD_SET_LABEL: psa.name},
+                node=next(iter(nodes)) if len(nodes) == 1 else None,
+                keep_hostname=ps is not None and HOSTNAME_LABEL in (ps.template.spec.node_selector or {}),
+                gate=needs_gate(admission, psa.name, full, self._template_claims(wl, psa.name)),
+                count=psa.count,
+            )
+        patch = job.start_patch(starts)
+        obj = job.object
+        src = self.sources[obj.kind or "Job"]
         fault_point("bind.before_start_job")
         raw = await retrying(
-            lambda: self.kube.patch(JOBS, job.name, patch, job.namespace, patch_type="strategic"),
-            what=f"start Job {job.key}",
+            lambda: self.kube.patch(
+                src.resource, obj.name, patch.body, obj.namespace, patch_type=patch.patch_type
+            ),
+            what=f"start {src.kind} {obj.key}",
         )
-        self.jobs.observe(raw)
+        src.informer.observe(raw)
         fault_point("bind.after_start_job")
         how = ""
         if self.config.plan_binding_mode == "Auto":
             how = f"; plan binding: {'node only' if binding.node_only else 'Full'} ({binding.reason})"
         await self.events.emit(
-            job,
+            obj,
             "Normal",
             "Started",
             f"Admitted by ClusterQueue {admission.cluster_queue}; plan: {plan_summary(admission)}{how}",

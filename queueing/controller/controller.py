@@ -9,8 +9,9 @@ One asyncio task runs :meth:`Controller.sync` whenever something it watches chan
 handler wakes it; writes that failed are retried by waking it again after a backoff). A sync:
 
 1. brings the ledger's queues in step with the ClusterQueues and LocalQueues;
-2. Jobs: suspends a labelled Job running without admission, creates the Job's Workload, and on the
-   Job's end releases the quota (ledger first) and marks the Workload Finished;
+2. the integrated kinds held by suspend (Jobs, RayJobs, RayClusters, JobSets): suspends a labelled
+   object running without admission, creates its Workload, and at its end releases the quota (ledger
+   first) and marks the Workload Finished;
 3. forgets admissions whose Workload is gone (ledger release);
 4. runs one scheduling cycle over the pending Workloads and executes its admissions: **ledger first**
    (quota and plan in one transaction), then the Workload's status (QuotaReserved, Admitted,
@@ -98,9 +99,15 @@ class Controller(QueueSync):
     async def start(self, timeout: float = 60.0, *, lead: bool = True) -> None:
         """Start the informers and wait for them; with ``lead`` also start admitting and evicting
         (without: a standby, :meth:`begin_leading` when it gets the Lease)."""
+        self._informers_running = True
         for i in self.informers:
             i.start()
-        await asyncio.gather(*(i.wait_synced(timeout) for i in self.informers))
+        waited: set[int] = set()
+        # the informers of integrated kinds whose CRD the CRD informer found join while we wait
+        while todo := [i for i in self.informers if id(i) not in waited]:
+            await asyncio.gather(*(i.wait_synced(timeout) for i in todo))
+            waited.update(id(i) for i in todo)
+        self.log_disabled_sources()
         self._started = True
         if lead:
             await self.begin_leading()
@@ -120,7 +127,7 @@ class Controller(QueueSync):
         self._ledger_lqs.clear()
         self._admitted_seen.clear()
         self.pending.mark_all()
-        self._all_jobs_dirty = True
+        self._mark_all_sources()
         await self._sync_ledger_queues()
         await self.recover()
         self.leading = True
@@ -148,8 +155,12 @@ class Controller(QueueSync):
 
     async def stop(self, graceful: bool = False) -> None:
         await self.end_leading(graceful)
+        self._informers_running = False
         for i in self.informers:
             await i.stop()
+        for task in list(self._background):
+            with contextlib.suppress(Exception):
+                await task
         if self._completed_syncs:
             gc.unfreeze()  # what keep_long_lived kept is collectable again (this state is let go)
 
@@ -316,7 +327,7 @@ class Controller(QueueSync):
         self._ledger_cqs.clear()
         self._ledger_lqs.clear()
         self.pending.mark_all()
-        self._all_jobs_dirty = True
+        self._mark_all_sources()
         self.wake()
 
     def recheck_inadmissible(self) -> None:

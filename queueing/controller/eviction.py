@@ -35,7 +35,6 @@ from queueing.controller.plan import (
     POD_GROUP_LABEL,
     WORKLOAD_UID_LABEL,
     fmt_time,
-    job_finished,
     with_condition,
 )
 from queueing.controller.source import WorkloadSource
@@ -73,8 +72,8 @@ class Eviction(WorkloadSource):
         conds = with_condition(wl.status.conditions, QUOTA_RESERVED, "False", "Revoked", why, now)
         conds = with_condition(conds, ADMITTED, "False", "Revoked", why, now)
         await self._patch_status(wl, {"conditions": _dump(conds), "admission": None, "reason": "Revoked"})
-        job = self._job_of(wl)
-        if job is not None and not job.spec.suspend:
+        job = self._source_of(wl)
+        if job is not None and not job.is_suspended():
             await self._suspend(job, f"admission revoked: {why}")
 
     async def _mark_evicted(
@@ -122,12 +121,13 @@ class Eviction(WorkloadSource):
         self._wake_at(now + self.eviction_timeout)
 
     async def _stop_pods(self, wl: Workload, why: str) -> None:
-        """Suspend the Job (its pods are deleted by the Job controller) or delete a pod group's pods."""
-        job = self._job_of(wl)
+        """Suspend the object held by suspend (its operator deletes its pods: the Job controller, a
+        RayJob's or JobSet's) or delete a pod group's pods."""
+        job = self._source_of(wl)
         if job is not None:
-            if not job.spec.suspend and not job_finished(job)[0]:
+            if not job.is_suspended() and not job.finished()[0]:
                 # (the planned node in the template is replaced at the next admission: the template
-                # may only change while the Job is suspended)
+                # may only change while the object is suspended)
                 await self._suspend(job, f"evicted: {why}")
             return
         group = wl.labels.get(POD_GROUP_LABEL)
@@ -179,7 +179,7 @@ class Eviction(WorkloadSource):
         uid = wl.metadata.uid or ""
         pods = [p for p in self.pods.list() if p.labels.get(WORKLOAD_UID_LABEL) == uid]
         group = wl.labels.get(POD_GROUP_LABEL)
-        if group and self._job_of(wl) is None:
+        if group and self._source_of(wl) is None:
             pods += [
                 p
                 for p in self.group_pods.list()
@@ -343,8 +343,10 @@ class Eviction(WorkloadSource):
             if want and ready >= want:
                 self.pods_ready_seen.add(uid)
                 continue
-            job = self._job_of(wl)
-            timeout = ev.pods_ready_timeout(wl, wfpr.timeout, job.annotations if job is not None else None)
+            job = self._source_of(wl)
+            timeout = ev.pods_ready_timeout(
+                wl, wfpr.timeout, job.object.annotations if job is not None else None
+            )
             deadline = self.admitted[uid].admission_time + timeout
             if now >= deadline:
                 await self._start_eviction(

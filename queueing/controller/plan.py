@@ -180,14 +180,15 @@ def ledger_request(
 def ledger_pods(
     admission: Admission, claim_specs: Mapping[str, ResourceClaimSpec], devices: DeviceIndex
 ) -> tuple[PodPlan, ...]:
-    """The ledger's plan rows of an admission: per pod its node and devices (class, memory). A row's
-    index is the pod's within the admission (pod set after pod set: a placement's index counts within
-    its pod set, and a LeaderWorkerSet group's leader and first worker are both 0)."""
+    """The ledger's plan rows of an admission: per pod its node and devices (class, memory). The
+    ledger numbers the pods of a workload across its pod sets (placement indexes count per pod set):
+    the first pod set's pods keep their index, each next pod set's follow the highest so far."""
     pods: list[PodPlan] = []
     offset = 0
     for a in admission.pod_set_assignments:
-        base, offset = offset, offset + max((p.index + 1 for p in a.placements or []), default=0)
+        base = offset
         for p in a.placements or []:
+            offset = max(offset, base + p.index + 1)
             planned: list[PlannedDevice] = []
             seen: set[str] = set()
             for c in p.claims or []:

@@ -1,19 +1,23 @@
-"""The workload source: a labelled Job (or a complete pod group) gets its Workload, a Job running
-without admission is suspended, and when the Job or the group ends its quota is released (ledger
-first) and the Workload is marked Finished; an admission whose Workload is gone is released."""
+"""The workload source: a labelled object of an integrated kind held by suspend (a batch/v1 Job,
+RayJob, RayCluster, JobSet: queueing/integrations/registry.py), or a complete pod group, gets its
+Workload; one running without admission is suspended; when it or the group ends its quota is released
+(ledger first) and the Workload is marked Finished; an admission whose Workload is gone is released.
+A Job owned by another integrated kind (a JobSet's child Jobs) is that object's, not queued itself."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from queueing.api.apps import StatefulSet
-from queueing.api.core import Job, Pod
+from queueing.api.apps import LeaderWorkerSet, StatefulSet
+from queueing.api.base import KubeObject
+from queueing.api.core import Pod
 from queueing.api.v1beta1 import (
     FINISHED,
     Workload,
 )
 from queueing.controller.base import (
+    KindSource,
     _dump,
 )
 from queueing.controller.binding import PlanBinding
@@ -22,11 +26,9 @@ from queueing.controller.plan import (
     with_condition,
 )
 from queueing.faults import fault_point
-from queueing.integrations import BatchJob, PodGroup
-from queueing.integrations.pod_kinds import group_for, membership_of
+from queueing.integrations import PodGroup
+from queueing.integrations.pod_kinds import finished_without_pods, group_for, membership_of
 from queueing.integrations.podgated import gated
-from queueing.integrations.statefulset import KIND as STATEFULSET_KIND
-from queueing.integrations.statefulset import StatefulSetGroup
 from queueing.kube.client import PODS
 from queueing.kube.writes import each, is_not_found
 from queueing.ledger.models import FINISHED as FINISHED_STATE
@@ -36,65 +38,91 @@ from queueing.scheduling.jobs import WorkloadError
 
 class WorkloadSource(PlanBinding):
     async def _sync_jobs(self) -> None:
-        """The Jobs whose delta arrived (or whose Workload's, or whose admission changed) since the
-        last sync; every Job after a start or a resync."""
-        if self._all_jobs_dirty:
-            self._all_jobs_dirty = False
-            self._dirty_jobs.clear()
-            keys = self.jobs.keys()
+        """Per integrated kind held by suspend whose informer is running: the objects whose delta
+        arrived (or whose Workload's, or whose admission changed) since the last sync; every object
+        after a start or a resync. One kind's failure does not keep the others from their sync."""
+        failed: list[Exception] = []
+        for src in self.sources.values():
+            if not src.ready:
+                continue
+            try:
+                await self._sync_source(src)
+            except Exception as e:
+                failed.append(e)
+        if failed:
+            raise failed[0]
+
+    async def _sync_source(self, src: KindSource) -> None:
+        if src.all_dirty:
+            src.all_dirty = False
+            src.dirty.clear()
+            keys = src.informer.keys()
         else:
-            keys = list(self._dirty_jobs)
-            self._dirty_jobs.clear()
+            keys = list(src.dirty)
+            src.dirty.clear()
         try:
-            await self._sync_these_jobs(keys)
+            await self._sync_these(src, keys)
         except BaseException:
-            self._dirty_jobs.update(dict.fromkeys(keys))  # looked at again at the next sync
+            src.dirty.update(dict.fromkeys(keys))  # looked at again at the next sync
             raise
 
     def _owned_workload(self, owner_uid: str) -> Workload | None:
         key = self._owned.get(owner_uid)
         return self.workloads.get_key(key) if key is not None else None
 
-    async def _sync_these_jobs(self, keys: list[str]) -> None:
+    def _has_integrated_owner(self, obj: KubeObject) -> bool:
+        """Its controller is an object of an integrated kind (a JobSet's Job): queued through it."""
+        return any(
+            o.controller and self._source_for(o.api_version, o.kind) is not None
+            for o in obj.metadata.owner_references or []
+        )
+
+    async def _sync_these(self, src: KindSource, keys: list[str]) -> None:
         wpcs = {w.name: w.value for w in self.workload_priority_classes.list()}
         pcs = {p.name: p.value for p in self.priority_classes.list()}
+        accept = self.config.accept_kueue_labels
+        kind = src.kind
 
-        finished: list[tuple[Workload, bool, Job | None]] = []
-        todo: list[Job] = []  # Jobs not finished that need a write (see ``sync``)
-        for job in [j for k in keys if (j := self.jobs.get_key(k)) is not None]:
-            if job.metadata.deletion_timestamp:
+        finished: list[tuple[Workload, bool, KubeObject | None]] = []
+        todo: list[KubeObject] = []  # objects not finished that need a write (see ``sync``)
+        for obj in [o for k in keys if (o := src.informer.get_key(k)) is not None]:
+            if obj.metadata.deletion_timestamp or self._has_integrated_owner(obj):
                 continue
-            done, succeeded = BatchJob(job).finished()
+            adapter = src.integration.adapt(obj, accept)
+            done, succeeded = adapter.finished()
             if not done:
-                wl = self._owned_workload(job.metadata.uid or "")
-                if wl is None or (not job.spec.suspend and wl.metadata.uid not in self.admitted):
-                    todo.append(job)
-            elif (wl := self._owned_workload(job.metadata.uid or "")) is not None and not wl.status.is_true(
+                wl = self._owned_workload(obj.metadata.uid or "")
+                if wl is None or (not adapter.is_suspended() and wl.metadata.uid not in self.admitted):
+                    todo.append(obj)
+            elif (wl := self._owned_workload(obj.metadata.uid or "")) is not None and not wl.status.is_true(
                 FINISHED
             ):
-                finished.append((wl, succeeded, job))
+                finished.append((wl, succeeded, obj))
         if len(todo) > self.jobs_per_sync:  # the rest in the next sync (finishes are never held back)
-            self._dirty_jobs.update(dict.fromkeys(j.key for j in todo[self.jobs_per_sync :]))
+            src.dirty.update(dict.fromkeys(o.key for o in todo[self.jobs_per_sync :]))
             todo = todo[: self.jobs_per_sync]
             self._wake.set()
 
-        async def sync(job: Job) -> None:
-            wl = self._owned_workload(job.metadata.uid or "")
+        async def sync(obj: KubeObject) -> None:
+            adapter = src.integration.adapt(obj, accept)
+            wl = self._owned_workload(obj.metadata.uid or "")
             uid = wl.metadata.uid if wl is not None else None
-            if not job.spec.suspend and (uid is None or uid not in self.admitted):
-                await self._suspend(job, "not admitted by queueing: suspended until its Workload is admitted")
+            if not adapter.is_suspended() and (uid is None or uid not in self.admitted):
+                await self._suspend(
+                    adapter, "not admitted by queueing: suspended until its Workload is admitted"
+                )
             if wl is None:
                 try:
-                    want = BatchJob(job, self.config.accept_kueue_labels).workload(wpcs, pcs)
+                    want = adapter.workload(wpcs, pcs)
                 except WorkloadError as e:
-                    await self.events.emit(job, "Warning", "InvalidJob", str(e))
+                    await self.events.emit(adapter.object, "Warning", f"Invalid{kind}", str(e))
                     return
                 if want is not None:
                     await self._create_workload(want)
 
-        # each Job on its own (the writes of one never wait for another's); the finished ones' ledger
-        # release is tried even when a write for another Job failed (and the other way round: a
-        # ledger outage does not keep new Jobs from getting their Workloads); the first error is
+        # each object on its own (the writes of one never wait for another's); the finished ones'
+        # ledger release is tried even when a write for another failed (and the other way round: a
+        # ledger outage does not keep new objects from getting their Workloads); the first error is
         # raised after both
         failed: list[Exception] = []
         steps: tuple[Callable[[], Awaitable[None]], ...] = (
@@ -135,10 +163,15 @@ class WorkloadSource(PlanBinding):
             self.group_pods.observe(raw)
 
     def _statefulset(self, namespace: str, name: str) -> StatefulSet | None:
-        return self.statefulsets.get(name, namespace)
+        out: StatefulSet | None = self._gated_object("StatefulSet", namespace, name)
+        return out
+
+    def _leaderworkerset(self, namespace: str, name: str) -> LeaderWorkerSet | None:
+        out: LeaderWorkerSet | None = self._gated_object("LeaderWorkerSet", namespace, name)
+        return out
 
     def _group(self, ns: str, name: str, pods: list[Pod]) -> PodGroup:
-        return group_for(ns, name, pods, self._statefulset)
+        return group_for(ns, name, pods, self._statefulset, self._leaderworkerset)
 
     async def _sync_pod_groups(self) -> None:
         """A pod group becomes one Workload once all its pods exist; it finishes when its adapter says
@@ -167,27 +200,22 @@ class WorkloadSource(PlanBinding):
                 await self._create_workload(want)
         # a serving kind's admitted group whose pods are all gone: done when its object says so
         for uid in sorted(self.admitted):
-            gone = self._workload_by_uid(uid)
-            group_name = gone.labels.get(POD_GROUP_LABEL) if gone is not None else None
-            if gone is None or not group_name or uid in self.evicting or gone.status.is_true(FINISHED):
+            wl = self._workload_by_uid(uid)
+            if wl is None or uid in self.evicting or wl.status.is_true(FINISHED):
                 continue
-            wl, name = gone, group_name
-            if (wl.namespace or "default", name) in groups:
+            if (wl.namespace or "default", wl.labels.get(POD_GROUP_LABEL, "")) in groups:
                 continue
             owner = next((o for o in wl.metadata.owner_references or [] if o.controller), None)
-            if owner is None or owner.kind != STATEFULSET_KIND:
+            if (
+                owner is None
+                or (obj := self._gated_object(owner.kind, wl.namespace or "", owner.name)) is None
+            ):
                 continue
-            sts = self._statefulset(wl.namespace or "default", owner.name)
-            done, succeeded = StatefulSetGroup(
-                wl.namespace or "default",
-                name,
-                [],
-                sts if sts is not None and sts.metadata.uid == owner.uid else None,
-            ).finished()
-            if done:
-                await self._finish(wl, succeeded, None)
+            ended = finished_without_pods(wl, obj if obj.metadata.uid == owner.uid else None)
+            if ended is not None and ended[0]:
+                await self._finish(wl, ended[1], None)
 
-    async def _finish_all(self, finished: list[tuple[Workload, bool, Job | None]]) -> None:
+    async def _finish_all(self, finished: list[tuple[Workload, bool, KubeObject | None]]) -> None:
         """Finished workloads: their quota released in the ledger in one transaction (one by one
         when the batch is refused, e.g. one of them holds no admission), then their statuses side by
         side."""
@@ -210,7 +238,7 @@ class WorkloadSource(PlanBinding):
         await each(finished, lambda f: self._finish(*f, released=True), limit=self.write_concurrency)
 
     async def _finish(
-        self, wl: Workload, succeeded: bool, job: Job | None, *, released: bool = False
+        self, wl: Workload, succeeded: bool, job: KubeObject | None, *, released: bool = False
     ) -> None:
         uid = wl.metadata.uid or ""
         now = self.clock()
@@ -221,7 +249,8 @@ class WorkloadSource(PlanBinding):
         self._hold_released(uid)
         self.records.release(uid)  # all but the devices held
         reason = "Succeeded" if succeeded else "Failed"
-        msg = "Job finished successfully" if succeeded else "Job failed"
+        what = job.kind if job is not None and job.kind else "Job"
+        msg = f"{what} finished successfully" if succeeded else f"{what} failed"
         conds = with_condition(
             wl.status.conditions, FINISHED, "True", reason, msg, now, wl.metadata.generation
         )

@@ -1,10 +1,22 @@
 """Workload sources: one adapter per kind behind the :class:`GenericJob` protocol (Kueue's
-jobframework). The workload source reconciler (queueing/controller/source.py) reads Jobs and pod
-groups only through it; RayJob, JobSet, LeaderWorkerSet and Deployment adapters come as further
-adapters of the same protocol."""
+jobframework), listed in :data:`queueing.integrations.registry.INTEGRATIONS`. The controller's
+reconcilers (source, binding, eviction) read every kind only through them: batch/v1 Job, pod
+groups, RayJob, RayCluster, JobSet."""
 
-from queueing.integrations.base import GenericJob
+from queueing.integrations.base import GenericJob, PodSetStart, StartPatch, SuspendableJob
 from queueing.integrations.job import BatchJob
+from queueing.integrations.jobset import JobSet
 from queueing.integrations.podgroup import PodGroup
+from queueing.integrations.ray import RayCluster, RayJob
 
-__all__ = ["BatchJob", "GenericJob", "PodGroup"]
+__all__ = [
+    "BatchJob",
+    "GenericJob",
+    "JobSet",
+    "PodGroup",
+    "PodSetStart",
+    "RayCluster",
+    "RayJob",
+    "StartPatch",
+    "SuspendableJob",
+]

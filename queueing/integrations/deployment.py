@@ -18,8 +18,15 @@ from __future__ import annotations
 from queueing.api.apps import Deployment
 from queueing.api.base import OwnerReference
 from queueing.api.core import Pod
-from queueing.integrations.names import workload_name
-from queueing.integrations.podgated import GatedGroup, Membership, all_ended, owner_of, pod_from
+from queueing.integrations.podgated import (
+    LABEL_VALUE_MAX,
+    GatedGroup,
+    Membership,
+    all_ended,
+    owner_of,
+    pod_from,
+)
+from queueing.integrations.workloads import workload_name
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL
 
 __all__ = ["KIND", "OWNER_KINDS", "DeploymentPod", "membership", "pod_of", "replicas"]
@@ -45,7 +52,7 @@ def membership(pod: Pod) -> Membership | None:
     """Its own group of one, for a gated queued pod a ReplicaSet (a Deployment's) created."""
     if QUEUE_NAME_LABEL not in pod.labels or not any(owner_of(pod, k) for k in OWNER_KINDS):
         return None
-    return Membership(workload_name("Pod", pod.name, pod.metadata.uid or ""), 1, "main")
+    return Membership(workload_name("Pod", "", pod.name, LABEL_VALUE_MAX), 1, "main")
 
 
 class DeploymentPod(GatedGroup):

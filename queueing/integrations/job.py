@@ -7,7 +7,8 @@ from typing import Any
 
 from queueing.api.core import Job, Pod
 from queueing.api.v1beta1 import PodSet, Workload
-from queueing.controller.plan import ORIGINAL_PARALLELISM_ANNOTATION, job_finished
+from queueing.controller.plan import HOSTNAME_LABEL, ORIGINAL_PARALLELISM_ANNOTATION, job_finished
+from queueing.integrations.base import PodSetStart, StartPatch
 from queueing.scheduling.jobs import workload_for_job
 
 __all__ = ["BatchJob", "original_parallelism"]
@@ -60,6 +61,36 @@ class BatchJob:
 
     def finished(self) -> tuple[bool, bool]:
         return job_finished(self.job)
+
+    def pod_templates(self) -> dict[str, dict[str, Any]]:
+        return {"main": self.job.spec.template.to_dict()}
+
+    def start_patch(self, starts: Mapping[str, PodSetStart]) -> StartPatch:
+        """Unsuspend in one strategic patch: the pod template's labels, the planned node (or a
+        previous admission's removed), the placement gate when needed, the admitted parallelism
+        (partial admission: the Job's own kept in ``queueing.dra.io/original-parallelism``)."""
+        start = next(iter(starts.values()))
+        template: dict[str, Any] = {"metadata": {"labels": dict(start.labels)}}
+        spec: dict[str, Any] = {}
+        if start.node is not None:
+            spec["nodeSelector"] = {HOSTNAME_LABEL: start.node}
+        elif HOSTNAME_LABEL in (self.job.spec.template.spec.node_selector or {}) and not start.keep_hostname:
+            spec["nodeSelector"] = {HOSTNAME_LABEL: None}  # a previous admission's node
+        if start.gate:
+            spec["schedulingGates"] = [{"name": start.gate_name}]
+        if spec:
+            template["spec"] = spec
+        patch: dict[str, Any] = {"spec": {"suspend": False, "template": template}}
+        original = original_parallelism(self.job)
+        own = original if original is not None else self.job.spec.parallelism
+        if start.count is not None and own is not None and start.count < own:
+            # partial admission: the Job's own parallelism is kept to be restored on suspension
+            patch["spec"]["parallelism"] = start.count
+            patch["metadata"] = {"annotations": {ORIGINAL_PARALLELISM_ANNOTATION: str(own)}}
+        elif original is not None:  # left from an earlier partial admission: admitted in full now
+            patch["spec"]["parallelism"] = original
+            patch["metadata"] = {"annotations": {ORIGINAL_PARALLELISM_ANNOTATION: None}}
+        return StartPatch(patch, "strategic")
 
     def owns(self, pods: Iterable[Pod]) -> list[Pod]:
         """Its pods: those the Job controller made for it (its controller-uid label or owner)."""

@@ -8,8 +8,8 @@
   ``.../group-index``, ``.../worker-index`` (0: the leader), ``.../group-key`` and annotates
   ``.../size``;
 * pod sets: ``leader`` (1) and ``worker`` (``size - 1``), templates from the pods;
-* Workload ``leaderworkerset-<name>-<group index>-<hash>``, owned by the LeaderWorkerSet when the
-  controller knows it (its CRD installed), else by the group's pods;
+* Workload ``leaderworkerset-<name>-<group index>-<hash>`` (Kueue's name), owned by the
+  LeaderWorkerSet when the controller knows it (its CRD installed), else by the group's pods;
 * evicted: the group's pods are deleted; the LeaderWorkerSet controller creates the group again,
   gated, and the Workload waits again;
 * done: the group is gone: its LeaderWorkerSet deleted (its Workloads go with it) or scaled down
@@ -24,8 +24,8 @@ import hashlib
 from queueing.api.apps import LeaderWorkerSet
 from queueing.api.base import OwnerReference
 from queueing.api.core import Pod
-from queueing.integrations.names import workload_name
-from queueing.integrations.podgated import GatedGroup, Membership, pod_from
+from queueing.integrations.podgated import LABEL_VALUE_MAX, GatedGroup, Membership, pod_from
+from queueing.integrations.workloads import workload_name
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError
 
 __all__ = [
@@ -42,7 +42,8 @@ __all__ = [
 ]
 
 KIND = "LeaderWorkerSet"
-API_VERSION = "leaderworkerset.x-k8s.io/v1"
+GROUP = "leaderworkerset.x-k8s.io"
+API_VERSION = f"{GROUP}/v1"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -121,10 +122,8 @@ def membership(pod: Pod) -> Membership | None:
             f"{ref}: metadata.annotations[{SIZE_ANNOTATION}]: must be a positive integer, got {raw!r}"
         )
     worker = pod.labels.get(WORKER_INDEX_LABEL, "0")
-    # the group key identifies this group of this LeaderWorkerSet (a re-created one has another)
-    key = pod.labels.get(GROUP_KEY_LABEL, "")
     return Membership(
-        workload_name(KIND, f"{name}-{index}", key),
+        workload_name(KIND, GROUP, f"{name}-{index}", LABEL_VALUE_MAX),
         int(raw),
         "leader" if worker == "0" else "worker",
     )
@@ -136,16 +135,24 @@ class LeaderWorkerSetGroup(GatedGroup):
     KIND = KIND
     POD_SETS = ("leader", "worker")
 
-    def __init__(self, namespace: str, name: str, pods: list[Pod], lws: LeaderWorkerSet | None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        pods: list[Pod],
+        lws: LeaderWorkerSet | None,
+        index: int | None = None,
+    ) -> None:
         super().__init__(namespace, name, pods, owner_ref(lws) if lws is not None else None)
         self.lws = lws
+        self.index = group_index(pods[0]) if pods else index
 
     def finished(self) -> tuple[bool, bool]:
         """Done once its LeaderWorkerSet is scaled down below this group (or deleted: then the
         Workload is deleted with it); unknown without the LeaderWorkerSet."""
-        if self.lws is None or not self.pods:
+        if self.lws is None:
             return False, False
-        index = group_index(self.pods[0])
+        index = self.index
         replicas = self.lws.spec.replicas if self.lws.spec.replicas is not None else 1
         done = bool(self.lws.metadata.deletion_timestamp) or (index is not None and index >= replicas)
         return done, done

@@ -7,15 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from queueing.api.apps import LeaderWorkerSet, StatefulSet
+from queueing.api.base import KubeObject
 from queueing.api.core import Pod
+from queueing.api.v1beta1 import Workload
 from queueing.integrations import deployment, leaderworkerset, statefulset
 from queueing.integrations.podgated import Membership, owner_of
 from queueing.integrations.podgroup import PodGroup
 
-__all__ = ["Lookup", "group_for", "kind_of", "membership_of"]
-
-# (namespace, name) -> the object, or None when unknown
-Lookup = Callable[[str, str], object | None]
+__all__ = ["finished_without_pods", "group_for", "kind_of", "membership_of"]
 
 
 def kind_of(pod: Pod) -> str | None:
@@ -65,3 +64,24 @@ def group_for(
     if kind == deployment.KIND:
         return deployment.DeploymentPod(namespace, name, pods)
     return PodGroup(namespace, name, pods)
+
+
+def finished_without_pods(wl: Workload, obj: KubeObject | None) -> tuple[bool, bool] | None:
+    """(finished, succeeded) of an admitted group of a pod-gated kind whose pods are all gone, from
+    ``obj``, the object its Workload is owned by (None: gone or re-created); None for a kind whose
+    Workload goes with its pods."""
+    ns, name = wl.namespace or "default", wl.name
+    if isinstance(obj, StatefulSet) or (obj is None and _owner_kind(wl) == statefulset.KIND):
+        return statefulset.StatefulSetGroup(
+            ns, name, [], obj if isinstance(obj, StatefulSet) else None
+        ).finished()
+    if isinstance(obj, LeaderWorkerSet):
+        labels = (wl.spec.pod_sets[0].template.metadata or {}).get("labels") or {} if wl.spec.pod_sets else {}
+        raw = str(labels.get(leaderworkerset.GROUP_INDEX_LABEL, ""))
+        index = int(raw) if raw.isdigit() else None
+        return leaderworkerset.LeaderWorkerSetGroup(ns, name, [], obj, index).finished()
+    return None
+
+
+def _owner_kind(wl: Workload) -> str | None:
+    return next((o.kind for o in wl.metadata.owner_references or [] if o.controller), None)

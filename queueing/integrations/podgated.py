@@ -35,6 +35,8 @@ from queueing.controller.plan import (
 from queueing.integrations.podgroup import PodGroup, ended
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, job_priority
 
+LABEL_VALUE_MAX = 63  # a Workload name that is also the pods' pod-group label value
+
 __all__ = ["GatedGroup", "Membership", "gated", "owner_of", "pod_from", "template_of", "with_membership"]
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from queueing.api.apps import StatefulSet
 from queueing.api.base import OwnerReference
 from queueing.api.core import Pod
-from queueing.integrations.names import workload_name
-from queueing.integrations.podgated import GatedGroup, Membership, owner_of, pod_from
+from queueing.integrations.podgated import LABEL_VALUE_MAX, GatedGroup, Membership, owner_of, pod_from
+from queueing.integrations.workloads import workload_name
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL
 
 __all__ = ["KIND", "StatefulSetGroup", "membership", "owner_ref", "pods_of", "replicas"]
@@ -63,7 +63,7 @@ def membership(pod: Pod, sts: StatefulSet | None) -> Membership | None:
         return None
     if QUEUE_NAME_LABEL not in sts.labels:
         return None
-    return Membership(workload_name(KIND, sts.name, sts.metadata.uid or ""), replicas(sts), "main")
+    return Membership(workload_name(KIND, "apps", sts.name, LABEL_VALUE_MAX), replicas(sts), "main")
 
 
 class StatefulSetGroup(GatedGroup):

@@ -45,6 +45,7 @@ __all__ = [
     "QUEUE_NAME_LABEL",
     "WorkloadError",
     "job_priority",
+    "owned_workload",
     "workload_for_job",
     "workload_for_pod_group",
     "workload_name_for_job",
@@ -152,12 +153,30 @@ def workload_for_job(
         controller=True,
         block_owner_deletion=True,
     )
+    pod_set = PodSet(name="main", template=job.spec.template, count=count, min_count=min_count)
+    return owned_workload(
+        ref, workload_name_for_job(job), job.namespace or "default", queue, owner, [pod_set], prio, pref
+    )
+
+
+def owned_workload(
+    ref: str,
+    name: str,
+    namespace: str,
+    queue: str,
+    owner: OwnerReference,
+    pod_sets: Sequence[PodSet],
+    priority: int,
+    priority_class_ref: PriorityClassRef | None,
+) -> Workload:
+    """A Workload owned by ``owner`` (its controller) in ``queue``; a spec the model rejects raises
+    :class:`WorkloadError` naming ``ref``."""
     try:
         spec = WorkloadSpec(
-            pod_sets=[PodSet(name="main", template=job.spec.template, count=count, min_count=min_count)],
+            pod_sets=list(pod_sets),
             queue_name=queue,
-            priority_class_ref=pref,
-            priority=prio,
+            priority_class_ref=priority_class_ref,
+            priority=priority,
         )
     except ValidationError as e:
         raise WorkloadError(format_validation_error(e, f"{ref}: Workload spec")) from None
@@ -165,10 +184,7 @@ def workload_for_job(
         api_version=API_VERSION,
         kind="Workload",
         metadata=ObjectMeta(
-            name=workload_name_for_job(job),
-            namespace=job.namespace or "default",
-            labels={QUEUE_NAME_LABEL: queue},
-            owner_references=[owner],
+            name=name, namespace=namespace, labels={QUEUE_NAME_LABEL: queue}, owner_references=[owner]
         ),
         spec=spec,
     )

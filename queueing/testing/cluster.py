@@ -3,7 +3,9 @@ counts as the controller's requests): the Job controller, the resourceclaim cont
 (binding only pods whose claims are allocated; in NodeOnly and Auto mode it allocates them with the
 project's allocator, as kube-scheduler's DRA plugin would: on the pinned node, all of the pod's
 unallocated claims at once, in the pod's order, seeing every claim allocated in the cluster) and the
-kubelet.
+kubelet; and a stand-in operator per integrated kind served from a CRD (:func:`operators`: RayJob,
+RayCluster, JobSet; Deployment, StatefulSet and LeaderWorkerSet: queueing/testing/operators.py), each
+starting once its kind is served.
 
 It is what the controller's end-to-end tests, ``bench/e2e.py`` and a local cluster run on; it is not
 part of a production deployment.
@@ -31,11 +33,8 @@ from queueing.api.core import Node
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from queueing.dra.gang import ClusterState
 from queueing.scheduling.config import parse_duration
-from queueing.testing.deployments import DeploymentController
 from queueing.testing.emulator import Emulator
-from queueing.testing.leaderworkersets import LeaderWorkerSetController
-from queueing.testing.operators import PodOperator
-from queueing.testing.statefulsets import StatefulSetController
+from queueing.testing.operator import next_events
 from queueing.testing.store import AdmissionRequest, ApiError, Store
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -43,14 +42,6 @@ POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 DURATION_ANNOTATION = "simulate.queueing.dra.io/duration"
 
 Key = tuple[str, str]  # (namespace, name)
-
-# stand-in operators of the integrated kinds (each a module of queueing/testing); one whose kind is not
-# served when the stand-ins start (its CRD not installed) stays idle
-OPERATORS: tuple[type[PodOperator], ...] = (
-    DeploymentController,
-    StatefulSetController,
-    LeaderWorkerSetController,
-)
 
 
 def suspend_queued_jobs(req: AdmissionRequest) -> dict[str, Any]:
@@ -92,6 +83,27 @@ def duration_of(obj: dict[str, Any]) -> float | None:
         return None
 
 
+def operators(standins: StandIns) -> list[Any]:
+    """The stand-in operators of the integrated kinds (queueing/testing/operator.py), one per kind."""
+    from queueing.testing.deployments import DeploymentController
+    from queueing.testing.jobset import JobSetOperator
+    from queueing.testing.leaderworkersets import LeaderWorkerSetController
+    from queueing.testing.ray import RayClusterOperator, RayJobOperator
+    from queueing.testing.statefulsets import StatefulSetController
+
+    return [
+        cls(standins)
+        for cls in (
+            RayJobOperator,
+            RayClusterOperator,
+            JobSetOperator,
+            DeploymentController,
+            StatefulSetController,
+            LeaderWorkerSetController,
+        )
+    ]
+
+
 class StandIns:
     def __init__(
         self,
@@ -119,7 +131,7 @@ class StandIns:
             "classes": self.store.resource("deviceclasses", "resource.k8s.io"),
         }
         self._task: asyncio.Task[None] | None = None
-        self.operators = {op.PLURAL: op(self.store) for op in OPERATORS}
+        self._operator_tasks: list[asyncio.Task[None]] = []
         self.not_ready_jobs: set[str] = set()  # the kubelet never gets these Jobs' pods Ready
         self.stuck_jobs: set[str] = set()  # these Jobs' pods do not go away when suspended (a finalizer)
         self.unscheduled_jobs: set[str] = set()  # kube-scheduler does not get to these Jobs' pods (yet)
@@ -136,23 +148,19 @@ class StandIns:
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> StandIns:
-        self._kinds = ["jobs", "pods", "claims"]
         watchers = [
-            self.store.watch(self.rt[k], None, str(self.store.rv), None, None, False) for k in self._kinds
+            self.store.watch(self.rt[k], None, str(self.store.rv), None, None, False)
+            for k in ("jobs", "pods", "claims")
         ]
-        for plural, op in self.operators.items():
-            rt = op.resource()
-            if rt is not None:
-                self._kinds.append(plural)
-                watchers.append(self.store.watch(rt, None, str(self.store.rv), None, None, False))
         self._task = asyncio.create_task(self._run(watchers))
+        self._operator_tasks = [asyncio.create_task(op.run()) for op in operators(self)]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in [t for t in (self._task, *self._operator_tasks) if t is not None]:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
         for t in self._timers.values():
             t.cancel()
         self._timers.clear()
@@ -161,22 +169,14 @@ class StandIns:
         try:
             self.step()
             while True:
-                getters = [asyncio.ensure_future(w.queue.get()) for w in watchers]
-                try:
-                    await asyncio.wait(getters, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for g in getters:
-                        g.cancel()
-                events: list[tuple[str, dict[str, Any]]] = []
-                for g, kind in zip(getters, self._kinds, strict=True):
-                    if g.done() and not g.cancelled() and g.result() is not None:
-                        events.append((kind, g.result()))
-                for w, kind in zip(watchers, self._kinds, strict=True):
-                    while not w.queue.empty():
-                        ev = w.queue.get_nowait()
-                        if ev is not None:
-                            events.append((kind, ev))
-                self._react(events)
+                got = await next_events(watchers)
+                self._react(
+                    [
+                        (kind, ev)
+                        for kind, evs in zip(("jobs", "pods", "claims"), got, strict=True)
+                        for ev in evs
+                    ]
+                )
         finally:
             for w in watchers:
                 self.store.unwatch(w)
@@ -211,8 +211,6 @@ class StandIns:
             self._guard(self._pod, k)
         for k in list(self._claims):
             self._guard(self._release_claim, k)
-        for op in self.operators.values():
-            self._guard(op.step)
 
     def _put_claim(self, claim: dict[str, Any]) -> None:
         k = _key(claim)
@@ -242,19 +240,11 @@ class StandIns:
         pods: dict[Key, None] = {}
         gone_pods: list[dict[str, Any]] = []
         claims_changed = False
-        owners: dict[tuple[str, str, str], None] = {}  # (operator, namespace, name) to reconcile
         for kind, ev in events:
             obj = ev.get("object") or {}
             if ev.get("type") == "BOOKMARK" or "metadata" not in obj:
                 continue
             k = _key(obj)
-            if kind in self.operators:
-                owners[(kind, *k)] = None
-                continue
-            if kind == "pods" and ev["type"] == "DELETED":  # replaced by its controller
-                for plural, op in self.operators.items():
-                    if (owner := op.owner_of(obj)) is not None:
-                        owners[(plural, k[0], owner)] = None
             if kind == "jobs":
                 jobs[k] = None
             elif kind == "pods":
@@ -282,8 +272,6 @@ class StandIns:
                     self._put_claim(obj)
         for k in jobs:
             self._guard(self._job, k)
-        for plural, ns, name in owners:
-            self._guard(self.operators[plural].reconcile, ns, name)
         for k in pods:
             self._guard(self._pod, k)
         if claims_changed:

@@ -16,8 +16,8 @@ __all__ = ["DeploymentController"]
 
 
 class DeploymentController(PodOperator):
-    GROUP = "apps"
-    PLURAL = "deployments"
+    group = "apps"
+    plural = "deployments"
 
     def wanted(self, obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
         dep = Deployment.model_validate(obj)

@@ -16,8 +16,8 @@ __all__ = ["LeaderWorkerSetController"]
 
 
 class LeaderWorkerSetController(PodOperator):
-    GROUP = "leaderworkerset.x-k8s.io"
-    PLURAL = "leaderworkersets"
+    group = "leaderworkerset.x-k8s.io"
+    plural = "leaderworkersets"
 
     def wanted(self, obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {p.name: p.to_dict() for p in leaderworkerset.pods_of(LeaderWorkerSet.model_validate(obj))}

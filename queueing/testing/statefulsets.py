@@ -14,8 +14,8 @@ __all__ = ["StatefulSetController"]
 
 
 class StatefulSetController(PodOperator):
-    GROUP = "apps"
-    PLURAL = "statefulsets"
+    group = "apps"
+    plural = "statefulsets"
 
     def wanted(self, obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {p.name: p.to_dict() for p in statefulset.pods_of(StatefulSet.model_validate(obj))}

@@ -14,6 +14,7 @@ import yaml
 
 from queueing.api import crdgen
 from queueing.testing import schema as crd_schema
+from queueing.testing.operator import TEST_CRDS
 
 ROOT = Path(__file__).resolve().parents[2]
 # the oldest Kubernetes we support (DRA resource.k8s.io/v1 is GA from 1.34)
@@ -46,13 +47,10 @@ def kustomize(directory: str) -> tuple[dict[str, Any], ...]:
 
 @functools.cache
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """Our CRDs' schemas, and those of the CRDs written for the tests (queueing/testing/crds: the
-    integrated kinds' operators' CRDs, e.g. LeaderWorkerSet)."""
     out = {}
-    test_crds = [
-        d for p in sorted((ROOT / "queueing/testing/crds").glob("*.yaml")) for d in load_yaml_docs(p)
-    ]
-    for crd in [*crdgen.all_crds(), *test_crds]:
+    # ours, and the test CRDs of the integrated kinds (RayJob, RayCluster, JobSet: queueing/testing/crds)
+    tested = [d for p in sorted(TEST_CRDS.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+    for crd in [*crdgen.all_crds(), *tested]:
         group = crd["spec"]["group"]
         for v in crd["spec"]["versions"]:
             out[(f"{group}/{v['name']}", crd["spec"]["names"]["kind"])] = v["schema"]["openAPIV3Schema"]

@@ -28,7 +28,10 @@ def objects(build: str, kind: str) -> list[dict[str, Any]]:
 
 
 def one(build: str, kind: str, name: str) -> dict[str, Any]:
-    (found,) = [o for o in objects(build, kind) if o["metadata"]["name"].startswith(name)]
+    """The object of that kind named ``name`` (or, for generated names, the one name starts with)."""
+    objs = objects(build, kind)
+    exact = [o for o in objs if o["metadata"]["name"] == name]
+    (found,) = exact or [o for o in objs if o["metadata"]["name"].startswith(name)]
     return found
 
 
@@ -180,6 +183,7 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
         for r in ("resourceclaimtemplates", "resourceslices", "deviceclasses")
     },
     ("", "nodes"): {"list", "watch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
     ("", "namespaces"): {"list", "watch"},
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     ("", "events"): {"create", "get", "patch"},
@@ -214,6 +218,28 @@ def test_cluster_role_grants_exactly_what_the_controller_uses() -> None:
     assert granted == EXPECTED_CLUSTER_RULES
 
 
+def test_each_integrated_crd_kind_has_a_role_with_just_its_verbs() -> None:
+    sa = one("deploy", "ServiceAccount", "queueing-controller")
+    for kind, group, plural, verbs in (
+        ("rayjob", "ray.io", "rayjobs", {"list", "watch", "patch"}),
+        ("raycluster", "ray.io", "rayclusters", {"list", "watch", "patch"}),
+        ("jobset", "jobset.x-k8s.io", "jobsets", {"list", "watch", "patch"}),
+        # pod-gated: only read (its pods are patched and deleted with the controller's pod verbs)
+        ("leaderworkerset", "leaderworkerset.x-k8s.io", "leaderworkersets", {"list", "watch"}),
+    ):
+        role = one("deploy", "ClusterRole", f"queueing-controller-{kind}")
+        assert _granted(role["rules"]) == {(group, plural): verbs}
+        binding = one("deploy", "ClusterRoleBinding", f"queueing-controller-{kind}")
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": sa["metadata"]["name"],
+                "namespace": sa["metadata"]["namespace"],
+            }
+        ]
+
+
 def test_leases_only_in_the_controllers_namespace() -> None:
     role = one("deploy", "Role", "queueing-leader-election")
     assert role["metadata"]["namespace"] == "queueing-system"
@@ -244,8 +270,12 @@ def test_mutating_admission_policy_suspends_labelled_jobs(build: str, version: s
     assert "namespace" not in policy["metadata"] and "namespace" not in binding["metadata"]  # cluster-scoped
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     spec = policy["spec"]
-    (rule,) = spec["matchConstraints"]["resourceRules"]
-    assert (rule["apiGroups"], rule["resources"], rule["operations"]) == (["batch"], ["jobs"], ["CREATE"])
+    rules = spec["matchConstraints"]["resourceRules"]
+    assert [(r["apiGroups"], r["apiVersions"], r["resources"], r["operations"]) for r in rules] == [
+        (["batch"], ["v1"], ["jobs"], ["CREATE"]),
+        (["ray.io"], ["v1"], ["rayjobs", "rayclusters"], ["CREATE"]),  # the integrated kinds held by suspend
+        (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"], ["CREATE"]),
+    ]
     assert spec["matchConstraints"]["objectSelector"]["matchExpressions"] == [
         {"key": "queueing.dra.io/queue-name", "operator": "Exists"}
     ]

@@ -57,7 +57,11 @@ async def emu() -> AsyncIterator[Emulator]:
             e.load_objects(REPO / "deploy" / "base" / policy)
         e.load_objects(cluster_objects())
         priority_classes(e)
-        rbac = list(yaml.safe_load_all((REPO / "deploy" / "base" / "rbac.yaml").read_text()))
+        rbac = [
+            d
+            for f in ("rbac.yaml", "rbac-integrations.yaml")  # the base's and the CRD kinds' roles
+            for d in yaml.safe_load_all((REPO / "deploy" / "base" / f).read_text())
+        ]
         e.authorizer = RbacAuthorizer.from_objects([d for d in rbac if d])
         yield e
 
@@ -396,13 +400,32 @@ async def test_leaderworkerset(
     await remove_deployment(emu, admin, ledger, serve_wl)
     await eventually(lambda: all_running(emu, "vllm", 4), "the group runs again")
 
-    # scaled down to 1 group: the second group's pods go, its quota is released; then all of it
+    # scaled down to 1 group: the second group's pods go, it is Finished, its quota released; then all
     uids = {w["metadata"]["name"]: w["metadata"]["uid"] for w in workloads(emu, "leaderworkerset-vllm-")}
+    assert all(
+        w["metadata"]["ownerReferences"][0]["kind"] == "LeaderWorkerSet"
+        for w in workloads(emu, "leaderworkerset-vllm-")
+    )
     await admin.patch(LWS, "vllm", {"spec": {"replicas": 1}}, "default")
     await eventually(lambda: len(pods_of(emu, "vllm")) == 2, "group 1 deleted")
-    await eventually(lambda: len(workloads(emu, "leaderworkerset-vllm-")) == 1, "its Workload goes")
+    await eventually(
+        lambda: [is_true(w, "Finished") for w in workloads(emu, "leaderworkerset-vllm-")] == [False, True],
+        "group 1 Finished",
+    )
+    assert await released(ledger, workloads(emu, "leaderworkerset-vllm-")[1]["metadata"]["uid"])
     await admin.delete(LWS, "vllm", "default")
     await eventually(lambda: not workloads(emu, "leaderworkerset-vllm-"), "all gone")
     for uid in uids.values():
         assert await released(ledger, uid)
     assert not cluster.errors
+
+
+async def test_every_pod_gated_permission_was_used(emu: Emulator, harness: Harness) -> None:
+    """The LeaderWorkerSet role of rbac-integrations.yaml was used (and nothing was denied)."""
+    authorizer = emu.authorizer
+    assert isinstance(authorizer, RbacAuthorizer)
+    granted = {g for g in authorizer.granted(CONTROLLER_USER) if g.resource == "leaderworkersets"}
+    assert {g.verb for g in granted} == {"list", "watch"}
+    used = {(g.role, g.rule, g.api_group, g.resource, g.verb) for g in authorizer.used}
+    assert all((g.role, g.rule, g.api_group, g.resource, g.verb) in used for g in granted)
+    assert not authorizer.denied
