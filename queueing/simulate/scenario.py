@@ -13,6 +13,8 @@ What is simulated (a *job* of the simulation):
 * a Workload object (``spec.queueName``);
 * a pod group: Pods labelled ``queueing.dra.io/pod-group`` (annotation
   ``queueing.dra.io/pod-group-total-count``), named ``<namespace>/<group>`` in events;
+* a RayJob, RayCluster or JobSet labelled ``queueing.dra.io/queue-name`` (its Workload as the
+  controller's adapter builds it, queueing/integrations), named ``<namespace>/<name>``;
 * the pod-gated kinds labelled ``queueing.dra.io/queue-name`` (queueing/integrations: the pods
   their controller creates, grouped and turned into Workloads by the controller's adapters): a
   StatefulSet (one gang, ``<namespace>/<name>``), each pod of a Deployment (``<namespace>/<name>-<i>``),
@@ -21,7 +23,8 @@ What is simulated (a *job* of the simulation):
 Each carries ``simulate.queueing.dra.io/arrival`` (offset from the start, default ``0s``) and
 ``simulate.queueing.dra.io/duration`` (required: run time once admitted) as annotations (a pod group:
 on its first pod by name; the pod-gated kinds: on the object, else its pod template). A StatefulSet,
-Deployment or LeaderWorkerSet without a duration runs to the end of the simulation (serving). Pods with ``spec.nodeName`` and no group run on their node for the whole
+Deployment, LeaderWorkerSet or RayCluster without a duration runs to the end of the simulation
+(serving). Pods with ``spec.nodeName`` and no group run on their node for the whole
 simulation (they use node allocatable and their claims).
 
 Errors raise :class:`ScenarioError` with one line naming the file or object and the field.
@@ -54,6 +57,7 @@ from queueing.dra.cel_cost import selector_problems
 from queueing.integrations import deployment, leaderworkerset, statefulset
 from queueing.integrations.podgated import with_membership
 from queueing.integrations.podgroup import PodGroup
+from queueing.integrations.registry import Integration, by_kind
 from queueing.scheduling.config import parse_duration
 from queueing.scheduling.from_api import ApiContext, FromApiError, QueueSpecs, queue_specs, workload_info
 from queueing.scheduling.jobs import (
@@ -144,23 +148,22 @@ def load_objects(paths: Iterable[str]) -> tuple[list[KubeObject], list[str]]:
     warnings: list[str] = []
     seen: dict[tuple[str, str], str] = {}
     for doc, where in read_documents(paths):
+        integ = by_kind(str(doc.get("apiVersion")), str(doc.get("kind"))) if isinstance(doc, dict) else None
         try:
-            o = parse_object(doc)
+            if integ is not None and integ.held_by == "suspend" and integ.model is KubeObject:
+                o = KubeObject.model_validate(doc)  # a kind from a CRD (RayJob, ...): read by its adapter
+            else:
+                o = parse_object(doc)
         except ObjectError as e:
             if "unknown kind" in str(e):
                 warnings.append(f"{where}: {e}; ignored")
                 continue
             raise ScenarioError(str(e)) from None
-        if not isinstance(o, _KINDS):
+        if not isinstance(o, _KINDS) and not _crd_kind(o):
             warnings.append(f"{where}: {o.kind} {o.key}: kind not used by the simulation; ignored")
             continue
-        if (
-            isinstance(
-                o,
-                (Job, Pod, Workload, LocalQueue, ResourceClaim, ResourceClaimTemplate, *POD_GATED_KINDS),
-            )
-            and not o.namespace
-        ):
+        namespaced = (Job, Pod, Workload, LocalQueue, ResourceClaim, ResourceClaimTemplate, *POD_GATED_KINDS)
+        if (isinstance(o, namespaced) or _crd_kind(o)) and not o.namespace:
             o.metadata.namespace = "default"
         problems = selector_problems(o)  # what the API server refuses: compile errors, cost
         if problems:
@@ -188,7 +191,17 @@ def _duration(ref: str, annotations: dict[str, str], key: str, default: float | 
 
 
 POD_GATED_KINDS = (StatefulSet, Deployment, LeaderWorkerSet)
-SERVING_KINDS = ("StatefulSet", "Deployment", "LeaderWorkerSet")
+# without a duration these run to the end of the simulation (a RayCluster too: it is done only when
+# deleted or suspended again)
+SERVING_KINDS = ("StatefulSet", "Deployment", "LeaderWorkerSet", "RayCluster")
+
+
+def _crd_kind(o: KubeObject) -> Integration | None:
+    """The registry entry of an object of a kind held by suspend and served from a CRD."""
+    if type(o) is not KubeObject:
+        return None
+    integ = by_kind(o.api_version or "", o.kind or "")
+    return integ if integ is not None and integ.held_by == "suspend" else None
 
 
 def _template_annotations(o: StatefulSet | Deployment | LeaderWorkerSet) -> dict[str, str]:
@@ -286,6 +299,19 @@ def load_scenario(paths: Iterable[str], *, extended_resources: bool = True) -> S
             wl.metadata.name = o.name  # events name the Job
             wl.metadata.uid = o.metadata.uid or f"sim-job-{o.key}"
             items.append((o.key, "Job", wl, o.annotations))
+        elif (integ := _crd_kind(o)) is not None:
+            # RayJob, RayCluster, JobSet: the Workload their adapter makes (the controller's)
+            try:
+                wl = integ.adapt(o).workload(wpcs, pcs)
+            except WorkloadError as e:
+                raise ScenarioError(str(e)) from None
+            if wl is None:
+                raise ScenarioError(
+                    f"{o.kind} {o.key}: metadata.labels[{QUEUE_NAME_LABEL}]: missing (the LocalQueue to submit to)"
+                )
+            wl.metadata.name = o.name  # events name the object
+            wl.metadata.uid = o.metadata.uid or f"sim-{integ.kind.lower()}-{o.key}"
+            items.append((o.key, integ.kind, wl, o.annotations))
         elif isinstance(o, POD_GATED_KINDS):
             for key, wl in pod_gated_workloads(o, wpcs, pcs):
                 items.append((key, o.KIND, wl, {**_template_annotations(o), **o.annotations}))

@@ -1,7 +1,8 @@
-"""``queueing simulate`` with the pod-gated kinds (StatefulSet, Deployment, LeaderWorkerSet) next to
-Jobs in one cohort: their Workloads come from the controller's own adapters (the pods their
-controllers create, grouped); gangs are admitted whole, a high-priority Deployment pod preempts a
-low-priority Job gang across the cohort, serving kinds without a duration run to the end."""
+"""``queueing simulate`` with every integrated kind in one cohort (Job, RayJob, RayCluster, JobSet,
+StatefulSet, Deployment, LeaderWorkerSet): their Workloads come from the controller's own adapters
+(the pod-gated kinds': the pods their controllers create, grouped); gangs are admitted whole, a
+high-priority Deployment pod preempts a low-priority RayJob gang across the cohort, serving kinds
+without a duration run to the end."""
 
 from __future__ import annotations
 
@@ -76,6 +77,48 @@ def lws(
     }
 
 
+def ray_spec(worker_gpus: int, workers: int, prio: str) -> dict[str, Any]:
+    head = {"spec": {"containers": [{"name": "head", "image": "ray"}]}}  # no GPU
+    worker = pod_template(worker_gpus, prio)
+    return {
+        "headGroupSpec": {
+            "template": {**head, "metadata": {"labels": {"queueing.dra.io/priority-class": prio}}}
+        },
+        "workerGroupSpecs": [{"groupName": "gpu", "replicas": workers, "template": worker}],
+    }
+
+
+def crd_object(
+    kind: str, api_version: str, name: str, spec: dict[str, Any], arrival: str, duration: str | None
+) -> dict[str, Any]:
+    ann = {"simulate.queueing.dra.io/arrival": arrival}
+    if duration:
+        ann["simulate.queueing.dra.io/duration"] = duration
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "labels": {"queueing.dra.io/queue-name": "train"},
+            "annotations": ann,
+        },
+        "spec": spec,
+    }
+
+
+def jobset_spec(gpus: int, replicas: int) -> dict[str, Any]:
+    job = {
+        "parallelism": 1,
+        "completions": 1,
+        "template": {
+            **pod_template(gpus, "low"),
+            "spec": {**pod_template(gpus, "low")["spec"], "restartPolicy": "Never"},
+        },
+    }
+    return {"replicatedJobs": [{"name": "workers", "replicas": replicas, "template": {"spec": job}}]}
+
+
 def scenario(tmp_path: Path) -> Path:
     """2 H200 nodes (16 GPUs), a cohort of a training and an inference ClusterQueue (8 GPUs each)."""
     docs = [
@@ -89,8 +132,13 @@ def scenario(tmp_path: Path) -> Path:
         priority("low", 10),
         priority("high", 1000),
         *(template("ml", g) for g in (1, 2, 4, 8)),
-        # t=0: a 2 × 8 GPU training gang borrows the inference queue's idle GPUs
-        job("ml", "train", pods=2, gpus=8, queue="train", priority_class="low", duration="1h"),
+        # t=0: a RayJob (a CPU head, 2 workers × 8 GPUs) borrows the inference queue's idle GPUs
+        crd_object("RayJob", "ray.io/v1", "tune", {"rayClusterSpec": ray_spec(8, 2, "low")}, "0s", "1h"),
+        # t=30s: a small Job, a JobSet of 2 one-GPU Jobs and a RayCluster (one 1-GPU worker, no
+        # duration: it runs to the end) in the training queue
+        job("ml", "eval", gpus=1, queue="train", priority_class="low", arrival="30s", duration="5m"),
+        crd_object("JobSet", "jobset.x-k8s.io/v1alpha2", "bench", jobset_spec(1, 2), "30s", "5m"),
+        crd_object("RayCluster", "ray.io/v1", "notebook", ray_spec(1, 1, "low"), "30s", None),
         # t=10s: one serving pod (1 GPU) of a high-priority Deployment: the inference queue reclaims
         apps("Deployment", "chat", 1, 1, "high", "10s", "serve"),
         # t=10s: a 2-replica StatefulSet (2 GPUs a pod), one gang; no duration: runs to the end
@@ -109,7 +157,10 @@ def test_mixed_kinds_gangs_and_preemption_across_kinds(tmp_path: Path) -> None:
     sc = load_scenario([str(scenario(tmp_path))])
     kinds = {j.key: j.kind for j in sc.jobs}
     assert kinds == {
-        "ml/train": "Job",
+        "ml/tune": "RayJob",
+        "ml/eval": "Job",
+        "ml/bench": "JobSet",
+        "ml/notebook": "RayCluster",
         "ml/chat-0": "Deployment",
         "ml/kv": "StatefulSet",
         "ml/vllm-0": "LeaderWorkerSet",
@@ -119,12 +170,12 @@ def test_mixed_kinds_gangs_and_preemption_across_kinds(tmp_path: Path) -> None:
     assert [(p.name, p.count) for p in wls["ml/vllm-0"].spec.pod_sets] == [("leader", 1), ("worker", 1)]
     r = Simulation(sc).run()
 
-    # the training gang is admitted whole (both pods placed) by borrowing, then preempted whole by the
-    # serving Deployment's pod: the inference queue reclaims its quota across the cohort
-    (train,) = of(r, "Admitted", "ml/train")
-    assert train.time == 0 and train.nodes is not None and len(train.nodes) == 2
-    (evicted,) = of(r, "Evicted", "ml/train")
-    assert evicted.time == 10 and evicted.preemptor == "ml/chat-0" and evicted.kind == "Job"
+    # the RayJob gang is admitted whole (head and both workers placed) by borrowing, then preempted
+    # whole by the serving Deployment's pod: the inference queue reclaims its quota across the cohort
+    (tune,) = of(r, "Admitted", "ml/tune")
+    assert tune.time == 0 and tune.nodes is not None and len(tune.nodes) == 3
+    (evicted,) = of(r, "Evicted", "ml/tune")
+    assert evicted.time == 10 and evicted.preemptor == "ml/chat-0" and evicted.kind == "RayJob"
     (chat,) = of(r, "Admitted", "ml/chat-0")
     assert chat.time == 10 and chat.kind == "Deployment"
     # the StatefulSet and the LeaderWorkerSet group: every pod of the gang placed in one admission
@@ -134,19 +185,31 @@ def test_mixed_kinds_gangs_and_preemption_across_kinds(tmp_path: Path) -> None:
     assert vllm.kind == "LeaderWorkerSet" and vllm.nodes is not None and len(vllm.nodes) == 2
     assert vllm.admission is not None
     assert {p.name for p in vllm.admission.workload.pod_sets} == {"leader", "worker"}
-    # the group runs its 10 minutes; the serving kinds without a duration run to the end; the training
-    # gang (16 GPUs) never fits again next to them
+    # the training queue's small ones fit next to the serving ones; the JobSet gang is placed whole
+    (bench,) = of(r, "Admitted", "ml/bench")
+    assert bench.kind == "JobSet" and bench.nodes is not None and len(bench.nodes) == 2
+    assert [e.time for e in of(r, "Finished", "ml/bench")] == [bench.time + 300]
+    assert of(r, "Admitted", "ml/eval") and of(r, "Admitted", "ml/notebook")
+    # the group runs its 10 minutes; the serving kinds without a duration (a RayCluster too) run to
+    # the end; the RayJob (16 GPUs) never fits again next to them
     assert [e.time for e in of(r, "Finished", "ml/vllm-0")] == [vllm.time + 600]
-    assert not of(r, "Finished", "ml/chat-0") and not of(r, "Finished", "ml/kv")
-    assert len(of(r, "Admitted", "ml/train")) == 1 and of(r, "Inadmissible", "ml/train")
+    assert not [e for k in ("ml/chat-0", "ml/kv", "ml/notebook") for e in of(r, "Finished", k)]
+    assert len(of(r, "Admitted", "ml/tune")) == 1 and of(r, "Inadmissible", "ml/tune")
 
 
 def test_json_events_name_the_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "-f", str(scenario(tmp_path)), "-o", "json"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()][:-1]  # the last: the summary
     seen = {(x["job"], x["kind"]) for x in lines}
-    assert {("ml/train", "Job"), ("ml/chat-0", "Deployment"), ("ml/kv", "StatefulSet")} <= seen
-    assert ("ml/vllm-0", "LeaderWorkerSet") in seen
+    assert {
+        ("ml/tune", "RayJob"),
+        ("ml/eval", "Job"),
+        ("ml/bench", "JobSet"),
+        ("ml/notebook", "RayCluster"),
+        ("ml/chat-0", "Deployment"),
+        ("ml/kv", "StatefulSet"),
+        ("ml/vllm-0", "LeaderWorkerSet"),
+    } <= seen
     assert all(list(x)[:3] == ["time", "event", "job"] and list(x)[3] == "kind" for x in lines)
 
 
