@@ -176,7 +176,3 @@ class SuspendableJob(GenericJob, Protocol):
     def start_patch(self, starts: Mapping[str, PodSetStart]) -> StartPatch:
         """The write that unsuspends it with each pod set's :class:`PodSetStart` applied."""
         ...
-
-    def pod_templates(self) -> dict[str, dict[str, Any]]:
-        """Its pod templates as they are now (raw), per pod set name."""
-        ...

@@ -62,9 +62,6 @@ class BatchJob:
     def finished(self) -> tuple[bool, bool]:
         return job_finished(self.job)
 
-    def pod_templates(self) -> dict[str, dict[str, Any]]:
-        return {"main": self.job.spec.template.to_dict()}
-
     def start_patch(self, starts: Mapping[str, PodSetStart]) -> StartPatch:
         """Unsuspend in one strategic patch: the pod template's labels, the planned node (or a
         previous admission's removed), the placement gate when needed, the admitted parallelism

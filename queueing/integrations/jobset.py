@@ -68,12 +68,6 @@ class JobSet(ObjectJob):
             )
         return out
 
-    def pod_templates(self) -> dict[str, dict[str, Any]]:
-        return {
-            str(rj.get("name", "")): ((rj.get("template") or {}).get("spec") or {}).get("template") or {}
-            for rj in self._replicated(self.raw.get("spec") or {})
-        }
-
     def start_patch(self, starts: Mapping[str, PodSetStart]) -> StartPatch:
         """``spec.suspend: false`` and each replicated Job's pod template with its start (the whole
         spec in one JSON patch)."""

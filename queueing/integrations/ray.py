@@ -107,7 +107,7 @@ class _RayCommon(ObjectJob):
             )
         return out
 
-    def pod_templates(self) -> dict[str, dict[str, Any]]:
+    def _pod_templates(self) -> dict[str, dict[str, Any]]:
         spec = self.raw.get("spec") or {}
         cluster = self._cluster(spec)
         out = {"head": (cluster.get("headGroupSpec") or {}).get("template") or {}}
@@ -166,7 +166,7 @@ class _RayCommon(ObjectJob):
     def _started(self) -> bool:
         """Its head template carries an admission's Workload UID (it was started, not suspended since
         by an eviction)."""
-        head = self.pod_templates().get("head") or {}
+        head = self._pod_templates().get("head") or {}
         return WORKLOAD_UID_LABEL in ((head.get("metadata") or {}).get("labels") or {})
 
     def _cluster_name(self) -> str:

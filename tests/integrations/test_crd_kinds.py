@@ -10,19 +10,23 @@ the controller started: its adapter is disabled with one log line until then."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import pytest_asyncio
 import yaml
+from sqlalchemy import select
 
 from queueing.config import Config
 from queueing.controller.controller import Controller
 from queueing.integrations.workloads import workload_name
 from queueing.kube.client import CRDS, JOBS, KubeClient, Resource, api_client_for_url
+from queueing.ledger import models as m
 from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator, run_emulator
@@ -70,7 +74,7 @@ class Env:
     ledger: Ledger
     authorizer: RbacAuthorizer
     logs: Lines
-    seen: set[str] = field(default_factory=set)
+    harness: Harness
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -104,8 +108,10 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
         try:
             async with StandIns(emu) as cluster:
                 ctl = await harness.start()
-                yield Env(emu, KubeClient(api), ctl, cluster, ledger, authorizer, logs)
-                await harness.stop()
+                try:
+                    yield Env(emu, KubeClient(api), ctl, cluster, ledger, authorizer, logs, harness)
+                finally:
+                    await harness.stop()
         finally:
             await api.close()
             await ledger.close()
@@ -187,7 +193,10 @@ KINDS = [
                    "spec": {"replicatedJobs": [
                        {"name": "leader", "replicas": 1, "template": {"spec": {"parallelism": 1, "completions": 1,
                         "template": {"spec": pod_spec("gpu-4")}}}},
-                       {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 1, "completions": 1,
+                       # its labels go onto the child Jobs: they are the JobSet's, not queued themselves
+                       {"name": "workers", "replicas": 2, "template": {
+                        "metadata": {"labels": {"queueing.dra.io/queue-name": "lq"}},
+                        "spec": {"parallelism": 1, "completions": 1,
                         "template": {"spec": pod_spec("gpu-2")}}}},
                    ]}},
         3, lambda n: f"jobset.sigs.k8s.io/jobset-name={n}", finish_jobset,
@@ -240,6 +249,18 @@ def bound_as_planned(env: Env, wl: dict[str, Any], pods: list[dict[str, Any]]) -
     return held == planned and not any(planned_nodes.values())
 
 
+async def no_quota_held(env: Env, timeout: float = 20.0) -> None:
+    """Wait until the ledger holds no admission and no usage (a condition, polled)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = await env.ledger.load_state()
+        if not state.admissions and all(v == 0 for v in state.usage.values()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the ledger still holds {sorted(state.admissions)}")
+        await asyncio.sleep(0.02)
+
+
 async def test_a_kind_whose_crd_is_missing_is_disabled_with_one_line_until_its_crd_appears(env: Env) -> None:
     disabled = [line for line in env.logs.lines if "RayCluster" in line]
     assert disabled == [
@@ -252,6 +273,59 @@ async def test_a_kind_whose_crd_is_missing_is_disabled_with_one_line_until_its_c
     await eventually(lambda: env.ctl.sources["RayCluster"].ready, "the RayCluster informer runs")
     assert "integration RayCluster enabled: CRD rayclusters.ray.io is served" in env.logs.lines
     assert not [r for r in env.emu.authorizer.denied]  # type: ignore[union-attr]
+
+
+async def test_a_bad_rayjob_gets_an_event_naming_its_field_and_stops_nobody(env: Env) -> None:
+    bad = KINDS[0].body("bad-groups")
+    bad["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["minReplicas"] = 3  # more than replicas (2)
+    await env.admin.create(RAYJOBS, bad)
+    good = await env.admin.create(JOBS, prio_job("next-in-line", "low", template="gpu-1"))
+    assert good["spec"]["suspend"] is True
+
+    def warning() -> dict[str, Any] | None:
+        for e in items(env.emu, "events"):
+            if e["reason"] == "InvalidRayJob" and e["involvedObject"]["name"] == "bad-groups":
+                return e
+        return None
+
+    event = await eventually(warning, "a Warning Event on the RayJob")
+    assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "RayJob"
+    assert event["message"] == (
+        "RayJob default/bad-groups: spec.rayClusterSpec.workerGroupSpecs[0].minReplicas: "
+        "3 is more than replicas (2)"
+    )
+    # the Job queued after it is admitted and runs; the bad RayJob has no Workload and stays held
+    await eventually(lambda: running(env, "batch.kubernetes.io/job-name=next-in-line", 1), "the Job runs")
+    assert not [
+        w for w in items(env.emu, "workloads", "queueing.dra.io") if "bad-groups" in w["metadata"]["name"]
+    ]
+    assert get(env.emu, "rayjobs", "bad-groups", "ray.io")["spec"]["suspend"] is True  # type: ignore[index]
+    await env.admin.delete(RAYJOBS, "bad-groups", "default")
+    await env.admin.delete(JOBS, "next-in-line", "default", propagation_policy="Background")
+    await eventually(lambda: not items(env.emu, "workloads", "queueing.dra.io"), "no Workload left")
+
+
+async def test_a_rayjob_worker_group_is_admitted_partially_down_to_min_replicas(env: Env) -> None:
+    await env.admin.create(JOBS, prio_job("blocker", "mid", template="gpu-1"))
+    await eventually(lambda: running(env, "batch.kubernetes.io/job-name=blocker", 1), "the blocker runs")
+    body = KINDS[0].body("partial")
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["minReplicas"] = 1
+    await env.admin.create(RAYJOBS, body)
+    name = workload_name("RayJob", "ray.io", "partial")
+    wl = await eventually(lambda: is_true(w := get(env.emu, "workloads", name, "queueing.dra.io"), "Admitted") and w,
+                          "admitted with one worker")  # fmt: skip
+    counts = {psa["name"]: psa["count"] for psa in wl["status"]["admission"]["podSetAssignments"]}
+    assert counts == {"head": 1, "gpu": 1} and wl["spec"]["podSets"][1]["minCount"] == 1
+    rayjob = await eventually(lambda: (r := get(env.emu, "rayjobs", "partial", "ray.io")) and not r["spec"]["suspend"] and r,
+                              "the RayJob is started")  # fmt: skip
+    assert rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 1
+    assert rayjob["metadata"]["annotations"]["queueing.dra.io/original-replicas"] == '{"gpu": 2}'
+    await eventually(lambda: running(env, "ray.io/cluster=partial", 2), "the head and one worker run")
+    await env.admin.delete(RAYJOBS, "partial", "default", propagation_policy="Background")
+    await env.admin.delete(JOBS, "blocker", "default", propagation_policy="Background")
+    await eventually(lambda: not items(env.emu, "workloads", "queueing.dra.io"), "no Workload left")
+    await eventually(lambda: not live_pods(env, "ray.io/cluster=partial"), "its pods are gone")
+    await no_quota_held(env)  # the deleted Workloads' admissions are released in the ledger
 
 
 @pytest.mark.parametrize("k", KINDS, ids=[k.kind for k in KINDS])
@@ -290,6 +364,12 @@ async def test_queued_gang_admitted_bound_preempted_requeued_finished(env: Env, 
     assert wl["status"]["admission"]["plannedDevices"] == 8
     pods = await eventually(lambda: running(env, k.selector(name), k.pods), "every pod of the gang runs")
     assert all(p["metadata"]["labels"][WORKLOAD_UID_LABEL] == wl["metadata"]["uid"] for p in pods)
+    # a JobSet's child Jobs (labelled with the queue through its template) have no Workload of their own
+    assert not [
+        w
+        for w in items(emu, "workloads", "queueing.dra.io")
+        if w["metadata"]["name"].startswith(f"job-{name}")
+    ]
     await eventually(lambda: bound_as_planned(env, workload() or {}, running(env, k.selector(name), k.pods)),
                      "the pods hold the planned devices")  # fmt: skip
     state = await env.ledger.load_state()
@@ -323,6 +403,36 @@ async def test_queued_gang_admitted_bound_preempted_requeued_finished(env: Env, 
     await eventually(lambda: workload() is None, "its Workload goes with it")
     assert not env.cluster.errors
     assert not env.emu.authorizer.denied  # type: ignore[union-attr]
+
+
+async def test_a_restart_recovers_a_running_rayjob_without_a_second_admission(env: Env) -> None:
+    """Invariant 4: the restarted controller rebuilds the admission from the ledger and the Workload
+    (its RayJob informer starts once the CRD informer lists the CRD); nothing is admitted twice and
+    the running pods are left alone."""
+    body = KINDS[0].body("resumed")
+    await env.admin.create(RAYJOBS, body)
+    name = workload_name("RayJob", "ray.io", "resumed")
+    pods = await eventually(lambda: running(env, "ray.io/cluster=resumed", 3), "the RayJob runs")
+    wl = get(env.emu, "workloads", name, "queueing.dra.io")
+    assert wl is not None
+    await env.harness.stop()
+    env.ctl = ctl = await env.harness.start()
+    assert ctl.sources["RayJob"].ready and wl["metadata"]["uid"] in ctl.admitted
+    await eventually(lambda: ctl.stats.synced >= 1, "the restarted controller synced")
+    # the same pods still run (the gang was not restarted), and nothing was admitted again
+    assert sorted(p["metadata"]["name"] for p in running(env, "ray.io/cluster=resumed", 3)) == sorted(
+        p["metadata"]["name"] for p in pods
+    )
+    assert ctl.stats.admissions == 0
+    await finish_rayjob(env, "resumed")
+    await eventually(lambda: is_true(get(env.emu, "workloads", name, "queueing.dra.io"), "Finished"),
+                     "the recovered RayJob finishes")  # fmt: skip
+    async with env.ledger.engine.connect() as c:
+        query = select(m.Admission).where(m.Admission.workload_uid == wl["metadata"]["uid"])
+        rows = (await c.execute(query)).all()
+    assert len(rows) == 1 and rows[0].released_at_ms is not None
+    await env.admin.delete(RAYJOBS, "resumed", "default", propagation_policy="Background")
+    await eventually(lambda: not items(env.emu, "workloads", "queueing.dra.io"), "no Workload left")
 
 
 async def test_every_integration_permission_was_used(env: Env) -> None:
