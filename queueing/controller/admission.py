@@ -16,6 +16,7 @@ from queueing.api.v1beta1 import (
     FINISHED,
     PREEMPTED,
     QUOTA_RESERVED,
+    RESOURCE_IN_USE_FINALIZER,
     Admission,
     Workload,
 )
@@ -30,6 +31,7 @@ from queueing.controller.base import (
     log,
 )
 from queueing.controller.eviction import Eviction
+from queueing.controller.in_use import ObjectKey, terminating_cluster_queues, uses
 from queueing.controller.isolation import (
     invalid_cluster_queues,
     isolate_cycle,
@@ -44,7 +46,16 @@ from queueing.controller.plan import (
 )
 from queueing.faults import fault_point
 from queueing.gcpolicy import paused
-from queueing.kube.writes import describe_error, each
+from queueing.kube.client import (
+    CLUSTER_QUEUES,
+    COHORTS,
+    LOCAL_QUEUES,
+    RESOURCE_FLAVORS,
+    ApiException,
+    Resource,
+)
+from queueing.kube.informer import Informer
+from queueing.kube.writes import describe_error, each, is_conflict, is_invalid, is_not_found, retrying
 from queueing.ledger.errors import is_data_error
 from queueing.ledger.repository import AlreadyAdmitted
 from queueing.scheduling.backlog import Backlog
@@ -98,6 +109,7 @@ class AdmissionExecutor(Eviction):
         )
         for key in changed:
             self.reasons.forget(key)  # compared with the Workload as it is now (_set_pending)
+        self._reactivated.extend(changed)  # spec.active true again: Requeued (_reactivate)
         return self.pending
 
     # dashboard: the pending workloads as the last cycle saw them, and key -> why invalid (read-only)
@@ -120,6 +132,11 @@ class AdmissionExecutor(Eviction):
 
     async def _schedule(self) -> None:
         pw = self._refresh_pending()
+        if self._reactivated:
+            keys, self._reactivated = self._reactivated, []
+            if await self._reactivate(keys):  # their new versions, before any reason is written
+                pw = self._refresh_pending()
+                self._reactivated.clear()
         by_key, invalid = pw.objects, pw.invalid
         specs = self._queue_specs()
         # isolation: a queue object the ledger refused is scheduled as last accepted, and inactive; a
@@ -127,6 +144,14 @@ class AdmissionExecutor(Eviction):
         refused = {
             **invalid_cluster_queues(self.cluster_queues.invalid_objects()),
             **self.quarantine.inactive(self.cluster_queues.list(), self.cohorts.list()),
+            # a ClusterQueue being deleted, or one whose flavor or Cohort is, admits nothing new
+            **(
+                terminating_cluster_queues(
+                    self.cluster_queues.list(), self.cohorts.list(), self.flavors.list()
+                )
+                if self._deleting
+                else {}
+            ),
         }
         if refused:  # (rare: the specs are built again without the memo)
             specs = with_placeholders(
@@ -331,6 +356,9 @@ class AdmissionExecutor(Eviction):
         Workloads' statuses, independent writes run side by side."""
         if not admits or not self.may_act():
             return
+        admits = await self._hold_in_use(admits, now)
+        if not admits:
+            return
         todo = [(wl, adm, admission_status(adm)) for wl, adm in admits]
         reqs = [
             ledger_request(wl.metadata.uid or "", adm, a, self._claim_specs(wl), devices)
@@ -354,6 +382,81 @@ class AdmissionExecutor(Eviction):
                 return
         for (wl, adm, a), req in zip(todo, reqs, strict=True):
             await self._admit(wl, adm, a, req, now)
+
+    def _queue_object(self, key: ObjectKey) -> tuple[Informer[Any], Resource, str, str | None]:
+        """The informer, API resource, name and namespace of a queue object (see in_use.py)."""
+        kind, name = key
+        if kind == "LocalQueue":
+            ns, _, lq = name.partition("/")
+            return self.local_queues, LOCAL_QUEUES, lq, ns
+        by_kind: dict[str, tuple[Informer[Any], Resource]] = {
+            "ClusterQueue": (self.cluster_queues, CLUSTER_QUEUES),
+            "ResourceFlavor": (self.flavors, RESOURCE_FLAVORS),
+            "Cohort": (self.cohorts, COHORTS),
+        }
+        informer, res = by_kind[kind]
+        return informer, res, name, None
+
+    async def _hold_in_use(
+        self, admits: list[tuple[Workload, CycleAdmission]], now: float
+    ) -> list[tuple[Workload, CycleAdmission]]:
+        """Before the ledger commits: every queue object an admission uses carries the resource-in-use
+        finalizer, so that a deletion from now on waits for the workload. An admission through an
+        object being deleted (or that could not get the finalizer) is left pending for the next cycle,
+        which sees it terminating."""
+        cohort_of = {cq.name: cq.spec.cohort_name or None for cq in self.cluster_queues.list()}
+        parent = {c.name: c.spec.parent_name or None for c in self.cohorts.list()}
+        held: dict[ObjectKey, bool] = {}
+        keep: list[tuple[Workload, CycleAdmission]] = []
+        for wl, adm in admits:
+            ok = True
+            for key in uses(adm.admitted(now), cohort_of, parent):
+                if key not in held:
+                    held[key] = await self._hold(key)
+                ok = ok and held[key]
+            if ok:
+                keep.append((wl, adm))
+            else:
+                log.info("%s is not admitted now: a queue object it uses is being deleted", wl.key)
+                self._wake.set()
+        return keep
+
+    async def _hold(self, key: ObjectKey) -> bool:
+        informer, res, name, ns = self._queue_object(key)
+        obj = informer.get(name, ns)
+        if obj is None:  # an implicit Cohort (no object), or gone since the cycle (nothing to hold)
+            return True
+        if obj.metadata.deletion_timestamp:
+            return False
+        if RESOURCE_IN_USE_FINALIZER in (obj.metadata.finalizers or []):
+            return True
+        try:
+            raw = await retrying(
+                lambda: self._finalizers_patch(informer, res, name, ns, add=True),
+                what=f"finalizer of {key[0]} {key[1]}",
+            )
+        except Exception as e:
+            if not (is_invalid(e) or is_not_found(e) or is_conflict(e)):
+                raise
+            # changed meanwhile, or being deleted (no finalizer may be added then): the next cycle
+            log.info("%s %s: finalizer not added: %s", key[0], key[1], describe_error(e))
+            return False
+        informer.observe(raw)
+        return True
+
+    async def _finalizers_patch(
+        self, informer: Informer[Any], res: Resource, name: str, ns: str | None, *, add: bool
+    ) -> dict[str, Any]:
+        """Add or remove the resource-in-use finalizer, against the object's version as the informer
+        holds it now (a conflict is retried after the watch brought the newer one)."""
+        obj = informer.get(name, ns)
+        if obj is None:
+            raise ApiException(status=404, reason="NotFound")
+        have = [f for f in obj.metadata.finalizers or [] if f != RESOURCE_IN_USE_FINALIZER]
+        want = [*have, RESOURCE_IN_USE_FINALIZER] if add else have
+        body = {"metadata": {"finalizers": want or None, "resourceVersion": obj.metadata.resource_version}}
+        raw: dict[str, Any] = await self.kube.patch(res, name, body, ns)
+        return raw
 
     async def _admit(
         self, wl: Workload, adm: CycleAdmission, admission: Admission, req: Any, now: float

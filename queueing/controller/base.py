@@ -304,6 +304,9 @@ class ControllerBase:
         # the next, so that a burst of new Jobs does not hold up admissions, starts and finishes
         self.jobs_per_sync = 256
         self._admitted_seen: dict[str, str] = {}  # uid -> key of the admissions the pending set knows
+        # Workloads (keys) that no longer match their Job -> why: replaced (controller/eviction.py)
+        self._to_replace: dict[str, str] = {}
+        self._reactivated: list[str] = []  # keys of pending Workloads that changed (maybe reactivated)
         self.workloads.add_mirror(self._workload_delta)
         self.jobs.add_mirror(lambda old, new: self._dirty_jobs.setdefault((new or old).key))  # type: ignore[union-attr]
         for queue_informer in (
@@ -380,6 +383,10 @@ class ControllerBase:
         # isolation (controller/isolation.py): queue objects the ledger refused; the outage's log
         self.quarantine = Quarantine(report=lambda o, m: self.events.emit(o, "Warning", LEDGER_REJECTED, m))
         self.outage = OutageLog()
+        # queue objects being deleted that admitted workloads still use -> what their status says
+        self._terminating: dict[tuple[str, str], str] = {}
+        # (kind, key) of the queue objects with a deletionTimestamp (kept by the informers' deltas)
+        self._deleting: set[tuple[str, str]] = set()
         self._invalid_status: dict[str, str] = {}  # ClusterQueue the model rejects -> status written
         # wedge detection (controller/health.py): when a sync last completed (time.monotonic())
         self.last_sync_completed: float | None = None
@@ -471,6 +478,14 @@ class ControllerBase:
 
     def _queues_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
         self._specs = None
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        key = (obj.kind or type(obj).KIND, obj.key)
+        if new is not None and new.metadata.deletion_timestamp:
+            self._deleting.add(key)
+        else:
+            self._deleting.discard(key)
 
     def _context_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
         self._ctx = None

@@ -130,6 +130,7 @@ class Controller(QueueSync):
         self._mark_all_sources()
         await self._sync_ledger_queues()
         await self.recover()
+        await self._hold_all_in_use()
         self.leading = True
         self._task = asyncio.create_task(self._loop(), name="queueing-controller")
         self._wake.set()
@@ -283,6 +284,7 @@ class Controller(QueueSync):
         self._note_admitted()
         await self._sync_ledger_queues()
         await self._sync_jobs()
+        await self._replace()
         await self._group_gated_pods()
         await self._sync_pod_groups()
         await self._forget_deleted()
@@ -291,6 +293,7 @@ class Controller(QueueSync):
         await self._check_admitted()
         await self._schedule()
         await self._bind()
+        await self._release_in_use()
         await self._queue_status()
         await self._report_invalid_queues()
 

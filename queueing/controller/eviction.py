@@ -251,12 +251,26 @@ class Eviction(WorkloadSource):
             await self._eviction_finalizer(wl, False)
             log.info("evicted %s is being deleted (its pods are gone): not requeued", wl.key)
             return
+        if e.reason == ev.JOB_CHANGED:  # replaced, not requeued: its Job gets a new Workload
+            await self._delete_workload(wl, e.message)
+            return
         now = self.clock()
         gen = wl.metadata.generation
         why = f"evicted ({e.reason}): {e.message}"
         conds = with_condition(wl.status.conditions, QUOTA_RESERVED, "False", e.reason, why, now, gen)
         conds = with_condition(conds, ADMITTED, "False", e.reason, why, now, gen)
         status: dict[str, Any] = {"conditions": conds, "admission": None}
+        if e.reason == ev.INACTIVE_WORKLOAD or wl.spec.active is False:
+            # as in Kueue: a deactivated workload is not requeued until spec.active is true again
+            # (_reactivate); its requeue backoff starts over then
+            msg = ev.DEACTIVATED_MESSAGE
+            status["conditions"] = with_condition(
+                conds, REQUEUED, "False", ev.INACTIVE_WORKLOAD, msg, now, gen
+            )
+            status["reason"] = msg
+            status["requeueState"] = None
+            await self._write_requeue(wl, status, "Deactivated", f"quota released; {msg}")
+            return
         if e.reason != ev.PODS_READY_TIMEOUT:
             # as in Kueue: only a waitForPodsReady timeout backs off (and counts toward the limit);
             # a preempted (or otherwise evicted) workload is pending again at once, requeueState untouched
@@ -307,6 +321,62 @@ class Eviction(WorkloadSource):
         fault_point("eviction.after_requeue")
         await self.events.emit(wl, "Normal", event, message)
 
+    async def _replace(self) -> None:
+        """Workloads that no longer match their Job (``_to_replace``) are replaced, as Kueue's
+        jobframework does: deleted (a new one is made for the Job), after an eviction if admitted."""
+        todo, self._to_replace = self._to_replace, {}
+        for key, why in sorted(todo.items()):
+            wl = self.workloads.get_key(key)
+            if wl is None or wl.metadata.deletion_timestamp:
+                continue
+            uid = wl.metadata.uid or ""
+            if uid in self.admitted:
+                if uid not in self.evicting:
+                    await self._start_eviction(wl, ev.JOB_CHANGED, f"{why}: it is replaced")
+                continue
+            await self._delete_workload(wl, why)
+
+    async def _delete_workload(self, wl: Workload, why: str) -> None:
+        """Delete a (not admitted) Workload that no longer matches its Job; its Job gets a new one."""
+        log.info("replacing %s: %s", wl.key, why)
+        await self.events.emit(wl, "Normal", "Replaced", f"{why}: it is deleted and made again")
+        job = self._job_of(wl)
+        if job is not None:
+            await self.events.emit(job, "Normal", "WorkloadReplaced", f"{why}: it is deleted and made again")
+        try:
+            await retrying(
+                lambda: self.kube.delete(
+                    WORKLOADS, wl.name, wl.namespace, preconditions={"uid": wl.metadata.uid or ""}
+                ),
+                what=f"delete Workload {wl.key}",
+            )
+        except Exception as e:
+            if not is_not_found(e):
+                raise
+        self.workloads.forget(wl.name, wl.namespace)
+
+    async def _reactivate(self, keys: list[str]) -> bool:
+        """``spec.active`` true again on a Workload deactivated after an eviction (``InactiveWorkload``, or
+        the requeuing limit's ``Deactivated``): ``Requeued=True Reactivated``, its backoff starts over
+        (as Kueue's workload controller does). True when one was written."""
+        wrote = False
+        for key in keys:
+            wl = self.workloads.get_key(key)
+            if wl is None or wl.spec.active is False or wl.status.is_true(FINISHED):
+                continue
+            c = wl.status.condition(REQUEUED)
+            if c is None or c.status != "False" or c.reason not in (ev.INACTIVE_WORKLOAD, "Deactivated"):
+                continue
+            now = self.clock()
+            msg = "The workload was reactivated"
+            conds = with_condition(
+                wl.status.conditions, REQUEUED, "True", ev.REACTIVATED, msg, now, wl.metadata.generation
+            )
+            await self._patch_status(wl, {"conditions": _dump(conds), "requeueState": None, "reason": None})
+            await self.events.emit(wl, "Normal", ev.REACTIVATED, f"{msg}: it is pending again")
+            wrote = True
+        return wrote
+
     async def _check_admitted(self) -> None:
         """waitForPodsReady and lost placements: evict an admitted Workload whose pods are not all
         Ready within the timeout, whose planned node is gone, or whose planned device is tainted
@@ -321,6 +391,9 @@ class Eviction(WorkloadSource):
             wl = self._workload_by_uid(uid)
             admission = self.admissions.get(uid)
             if wl is None or admission is None or wl.status.is_true(FINISHED):
+                continue
+            if wl.spec.active is False:  # Kueue's stop: evicted, not requeued until reactivated
+                await self._start_eviction(wl, ev.INACTIVE_WORKLOAD, ev.DEACTIVATED_MESSAGE)
                 continue
             gone = sorted(ev.planned_nodes(admission) - nodes)
             if gone and nodes:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from queueing.api.apps import LeaderWorkerSet, StatefulSet
 from queueing.api.base import KubeObject
-from queueing.api.core import Pod
+from queueing.api.core import Job, Pod
 from queueing.api.v1beta1 import (
     FINISHED,
     Workload,
@@ -33,7 +33,7 @@ from queueing.kube.client import PODS
 from queueing.kube.writes import each, is_not_found
 from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.repository import LedgerError, NotAdmitted
-from queueing.scheduling.jobs import WorkloadError
+from queueing.scheduling.jobs import WorkloadError, job_counts
 
 
 class WorkloadSource(PlanBinding):
@@ -94,6 +94,8 @@ class WorkloadSource(PlanBinding):
                 wl = self._owned_workload(obj.metadata.uid or "")
                 if wl is None or (not adapter.is_suspended() and wl.metadata.uid not in self.admitted):
                     todo.append(obj)
+                if wl is not None and isinstance(obj, Job) and (why := self._mismatch(obj, wl)):
+                    self._to_replace[wl.key] = why  # replaced (evicted first if admitted): _replace
             elif (wl := self._owned_workload(obj.metadata.uid or "")) is not None and not wl.status.is_true(
                 FINISHED
             ):
@@ -172,6 +174,28 @@ class WorkloadSource(PlanBinding):
 
     def _group(self, ns: str, name: str, pods: list[Pod]) -> PodGroup:
         return group_for(ns, name, pods, self._statefulset, self._leaderworkerset)
+
+    def _mismatch(self, job: Job, wl: Workload) -> str | None:
+        """Why a Job's Workload no longer matches it (its pod sets' names and counts, as Kueue's
+        jobframework compares them), or None. A Job that makes no valid Workload is left to ``sync``."""
+        if wl.metadata.deletion_timestamp or wl.status.is_true(FINISHED):
+            return None
+        try:
+            count, min_count = job_counts(job)  # cheap: no Workload is built for the comparison
+        except WorkloadError:
+            return None
+
+        have = [(p.name, p.count, p.min_count) for p in wl.spec.pod_sets]
+        should = [("main", count, min_count)]
+        if have == should:
+            return None
+
+        def text(shape: list[tuple[str, int, int | None]]) -> str:
+            return ", ".join(
+                f"{n}: count {c}" + (f" minCount {m}" if m is not None else "") for n, c, m in shape
+            )
+
+        return f"Workload {wl.key} no longer matches Job {job.key} (podSets {text(have)}; the Job: {text(should)})"
 
     async def _sync_pod_groups(self) -> None:
         """A pod group becomes one Workload once all its pods exist; it finishes when its adapter says

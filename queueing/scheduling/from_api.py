@@ -231,6 +231,7 @@ def local_queue_spec(lq: LocalQueue) -> LocalQueueSpec:
         cluster_queue=lq.spec.cluster_queue,
         fair_weight=_weight(lq.spec.fair_sharing),
         stop_policy=lq.spec.stop_policy,
+        terminating=bool(lq.metadata.deletion_timestamp),
     )
 
 
