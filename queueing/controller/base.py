@@ -630,11 +630,6 @@ class ControllerBase:
                 return src.integration.adapt(obj, self.config.accept_kueue_labels)
         return None
 
-    def _job_of(self, wl: Workload) -> Job | None:
-        """The batch/v1 Job that owns ``wl`` (:meth:`_source_of` for Jobs)."""
-        src = self._source_of(wl)
-        return src.job if isinstance(src, BatchJob) else None
-
     def _groups(self) -> dict[tuple[str, str], list[Pod]]:
         out: dict[tuple[str, str], list[Pod]] = {}
         for p in self.group_pods.list():

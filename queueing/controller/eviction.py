@@ -337,12 +337,14 @@ class Eviction(WorkloadSource):
             await self._delete_workload(wl, why)
 
     async def _delete_workload(self, wl: Workload, why: str) -> None:
-        """Delete a (not admitted) Workload that no longer matches its Job; its Job gets a new one."""
+        """Delete a (not admitted) Workload that no longer matches its object; it gets a new one."""
         log.info("replacing %s: %s", wl.key, why)
         await self.events.emit(wl, "Normal", "Replaced", f"{why}: it is deleted and made again")
-        job = self._job_of(wl)
+        job = self._source_of(wl)
         if job is not None:
-            await self.events.emit(job, "Normal", "WorkloadReplaced", f"{why}: it is deleted and made again")
+            await self.events.emit(
+                job.object, "Normal", "WorkloadReplaced", f"{why}: it is deleted and made again"
+            )
         try:
             await retrying(
                 lambda: self.kube.delete(

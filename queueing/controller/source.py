@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from queueing.api.apps import LeaderWorkerSet, StatefulSet
 from queueing.api.base import KubeObject
-from queueing.api.core import Job, Pod
+from queueing.api.core import Pod
 from queueing.api.v1beta1 import (
     FINISHED,
     Workload,
@@ -26,7 +26,7 @@ from queueing.controller.plan import (
     with_condition,
 )
 from queueing.faults import fault_point
-from queueing.integrations import PodGroup
+from queueing.integrations import BatchJob, PodGroup, SuspendableJob
 from queueing.integrations.pod_kinds import finished_without_pods, group_for, membership_of
 from queueing.integrations.podgated import gated
 from queueing.kube.client import PODS
@@ -94,7 +94,7 @@ class WorkloadSource(PlanBinding):
                 wl = self._owned_workload(obj.metadata.uid or "")
                 if wl is None or (not adapter.is_suspended() and wl.metadata.uid not in self.admitted):
                     todo.append(obj)
-                if wl is not None and isinstance(obj, Job) and (why := self._mismatch(obj, wl)):
+                if wl is not None and (why := self._mismatch(adapter, wl)):
                     self._to_replace[wl.key] = why  # replaced (evicted first if admitted): _replace
             elif (wl := self._owned_workload(obj.metadata.uid or "")) is not None and not wl.status.is_true(
                 FINISHED
@@ -175,18 +175,21 @@ class WorkloadSource(PlanBinding):
     def _group(self, ns: str, name: str, pods: list[Pod]) -> PodGroup:
         return group_for(ns, name, pods, self._statefulset, self._leaderworkerset)
 
-    def _mismatch(self, job: Job, wl: Workload) -> str | None:
-        """Why a Job's Workload no longer matches it (its pod sets' names and counts, as Kueue's
-        jobframework compares them), or None. A Job that makes no valid Workload is left to ``sync``."""
+    def _mismatch(self, job: SuspendableJob, wl: Workload) -> str | None:
+        """Why an object's Workload no longer matches it (its pod sets' names and counts, as Kueue's
+        jobframework compares them), or None. One that makes no valid Workload is left to ``sync``."""
         if wl.metadata.deletion_timestamp or wl.status.is_true(FINISHED):
             return None
         try:
-            count, min_count = job_counts(job)  # cheap: no Workload is built for the comparison
+            if isinstance(job, BatchJob):  # cheap: no Workload is built for the comparison
+                count, min_count = job_counts(job.job)
+                should = [("main", count, min_count)]
+            else:
+                should = [(p.name, p.count, p.min_count) for p in job.pod_sets()]
         except WorkloadError:
             return None
 
         have = [(p.name, p.count, p.min_count) for p in wl.spec.pod_sets]
-        should = [("main", count, min_count)]
         if have == should:
             return None
 
@@ -195,7 +198,11 @@ class WorkloadSource(PlanBinding):
                 f"{n}: count {c}" + (f" minCount {m}" if m is not None else "") for n, c, m in shape
             )
 
-        return f"Workload {wl.key} no longer matches Job {job.key} (podSets {text(have)}; the Job: {text(should)})"
+        what = job.object.kind or "Job"
+        return (
+            f"Workload {wl.key} no longer matches {what} {job.key} "
+            f"(podSets {text(have)}; the {what}: {text(should)})"
+        )
 
     async def _sync_pod_groups(self) -> None:
         """A pod group becomes one Workload once all its pods exist; it finishes when its adapter says

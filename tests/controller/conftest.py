@@ -188,15 +188,18 @@ RBAC_SEEN: dict[str, set[Any]] = {"granted": set(), "used": set(), "tests": set(
 
 
 @asynccontextmanager
-async def emulated_cluster(test_id: str) -> AsyncIterator[Emulator]:
-    """The emulator with the CRDs, deploy/'s admission policy and RBAC rules and ``cluster_objects()``;
-    what the controller was granted and used goes to ``RBAC_SEEN`` when it ends."""
+async def emulated_cluster(
+    test_id: str, rbac_files: tuple[str, ...] = ("rbac.yaml",)
+) -> AsyncIterator[Emulator]:
+    """The emulator with the CRDs, deploy/'s admission policy and RBAC rules (``rbac_files`` of
+    deploy/base) and ``cluster_objects()``; what the controller was granted and used goes to
+    ``RBAC_SEEN`` when it ends."""
     async with run_emulator(crds_dir=CRDS, bookmark_interval=None) as e:
         e.tokens[CONTROLLER_TOKEN] = CONTROLLER_USER
         # the real MutatingAdmissionPolicy of deploy/ suspends queued Jobs (run by the emulator)
         e.load_objects(REPO / "deploy" / "base" / "mutating-admission-policy.yaml")
         e.load_objects(cluster_objects())
-        rbac = list(yaml.safe_load_all((REPO / "deploy" / "base" / "rbac.yaml").read_text()))
+        rbac = [d for f in rbac_files for d in yaml.safe_load_all((REPO / "deploy" / "base" / f).read_text())]
         authorizer = RbacAuthorizer.from_objects([d for d in rbac if d])
         e.authorizer = authorizer
         yield e

@@ -30,12 +30,19 @@ TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedu
 
 
 def cluster() -> list[dict[str, Any]]:
-    """One 8-GPU H200 node that the example flavor ``h200`` selects (labels and taint); the example
-    namespaces (examples/cluster/namespaces.yaml, with the labels the example ClusterQueues select)
-    come with ``load_examples``."""
+    """One 8-GPU H200 node that the example flavor ``h200`` selects (labels and taint) and the two
+    team namespaces with the labels the example ClusterQueues select."""
     node = h200.node("h200-0", H200_LABELS)
     node["spec"] = {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
     objs: list[dict[str, Any]] = [
+        *(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": f"team-{t}", "labels": {"team": t}},
+            }
+            for t in ("a", "b")
+        ),
         node,
         *h200.node_slices("h200-0", h200.hardware(), mig=False),
     ]
@@ -81,7 +88,6 @@ def gpu_job(ns: str, name: str, gpus: int) -> list[dict[str, Any]]:
 def load_examples(emu: Emulator) -> None:
     """examples/queues and an H200 node, next to the conftest's default cluster (whose ClusterQueue
     ``team``, DeviceClass and nodes the example queues do not use)."""
-    emu.load_objects(REPO / "examples" / "cluster" / "namespaces.yaml")  # team-a, team-b, ml-platform
     emu.load_objects(cluster())
     emu.load_objects(REPO / "examples" / "deviceclasses" / "gpu.nvidia.com.yaml")
     for name in EXAMPLE_QUEUES:

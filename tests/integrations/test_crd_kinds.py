@@ -29,20 +29,15 @@ from queueing.kube.client import CRDS, JOBS, KubeClient, Resource, api_client_fo
 from queueing.ledger import models as m
 from queueing.ledger.migrate import upgrade_async
 from queueing.ledger.repository import Ledger
-from queueing.testing import Emulator, run_emulator
+from queueing.testing import Emulator
 from queueing.testing.cluster import StandIns
 from queueing.testing.operator import TEST_CRDS
 from queueing.testing.rbac import RbacAuthorizer
 from tests.controller.conftest import (
-    CONTROLLER_TOKEN,
     CONTROLLER_USER,
-    REPO,
     Harness,
-    cluster_objects,
+    emulated_cluster,
     eventually,
-)
-from tests.controller.conftest import (
-    CRDS as OUR_CRDS,
 )
 from tests.controller.test_admission import cond, get, is_true, items
 from tests.controller.test_eviction import prio_job, priority_classes
@@ -85,22 +80,13 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
     level = logger.level
     logger.setLevel(logging.INFO)
     logger.addHandler(logs)
-    async with run_emulator(crds_dir=OUR_CRDS, bookmark_interval=None) as emu:
-        emu.tokens[CONTROLLER_TOKEN] = CONTROLLER_USER
-        emu.load_objects(REPO / "deploy" / "base" / "mutating-admission-policy.yaml")
-        emu.load_objects(cluster_objects())
+    async with emulated_cluster(__name__, ("rbac.yaml", "rbac-integrations.yaml")) as emu:
         priority_classes(emu)  # low/mid/high and preemption within the ClusterQueue
         # RayJob and JobSet are installed before the controller starts, RayCluster later (a test below)
         for crd in ("ray.io_rayjobs.yaml", "jobset.x-k8s.io_jobsets.yaml"):
             emu.load_objects(TEST_CRDS / crd)
-        docs = [
-            d
-            for f in ("rbac.yaml", "rbac-integrations.yaml")
-            for d in yaml.safe_load_all((REPO / "deploy" / "base" / f).read_text())
-            if d
-        ]
-        authorizer = RbacAuthorizer.from_objects(docs)
-        emu.authorizer = authorizer
+        authorizer = emu.authorizer
+        assert isinstance(authorizer, RbacAuthorizer)
         ledger = Ledger.from_url(f"sqlite+aiosqlite:///{tmp / 'ledger.db'}")
         await upgrade_async(ledger.engine)
         api = api_client_for_url(emu.url, token="admin-token")
