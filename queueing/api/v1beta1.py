@@ -1338,7 +1338,8 @@ class Workload(SpecModel, KubeObject):
             PrinterColumn(
                 "Devices", ".status.admission.plannedDevices", "integer", "Number of planned DRA devices"
             ),
-            PrinterColumn("Reason", ".status.reason", "string", "Pending or eviction reason"),
+            # long (300+ characters): only with ``kubectl get -o wide``
+            PrinterColumn("Reason", ".status.reason", "string", "Pending or eviction reason", priority=1),
             AGE_COLUMN,
         ),
     )

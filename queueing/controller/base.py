@@ -37,6 +37,7 @@ from queueing.api.resource import (
     ResourceSlice,
 )
 from queueing.api.v1beta1 import (
+    FINISHED,
     Admission,
     ClusterQueue,
     Cohort,
@@ -61,7 +62,8 @@ from queueing.controller.plan import (
     POD_SET_LABEL,
     WORKLOAD_UID_LABEL,
 )
-from queueing.controller.records import FieldView, FlagView, Records
+from queueing.controller.plan import without_nulls as _without_nulls
+from queueing.controller.records import FieldView, FlagView, Orphan, Records
 from queueing.dra.allocator import SelectorCache
 from queueing.dra.binding import (
     BindingDecision,
@@ -102,6 +104,8 @@ from queueing.ledger.state import WorkloadSpec as LedgerWorkload
 from queueing.scheduling.cycle import CycleMemo, PendingReason
 from queueing.scheduling.from_api import (
     ApiContext,
+    admitted_workload,
+    queued_since,
 )
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL
 from queueing.scheduling.kueue_labels import KUEUE_QUEUE_NAME_LABEL
@@ -173,6 +177,7 @@ class ControllerStats:
     pods_ungated: int = 0
     claims_allocated: int = 0
     errors: int = 0
+    repaired: int = 0  # Workload statuses rewritten from the ledger's admission
     synced: int = 0  # dashboard: syncs finished (``syncs`` counts those begun)
 
 
@@ -356,7 +361,12 @@ class ControllerBase:
         self.status_todo = FlagView(self.records, "status_todo")  # the status write not confirmed yet
         self.pending_reasons: dict[str, PendingReason] = {}  # workload key -> last reason
         self.inactive_cluster_queues: dict[str, str] = {}
-        self._recorded: set[str] = set()  # workload UIDs the ledger knows
+        # workload UIDs the ledger knows -> since when each waits there (epoch seconds: its Job's
+        # creation, or its last eviction; what the wait-time metrics measure from)
+        self._recorded: dict[str, float] = {}
+        self._to_record: set[str] = set()  # Workloads seen, maybe not in the ledger yet
+        self._status_check: set[str] = set()  # admitted Workloads changed: status compared with the plan
+        self._orphans: dict[str, Orphan] = {}  # admissions of deleted Workloads whose Job runs on
         self._ledger_cqs: dict[str, LedgerClusterQueue] = {}
         self._ledger_cohorts: dict[str, LedgerCohort] = {}
         self._ledger_lqs: dict[tuple[str, str], LedgerLocalQueue] = {}
@@ -399,6 +409,10 @@ class ControllerBase:
             uid = wl.metadata.uid or ""
             if present:
                 self._wl_uids[uid] = wl.key
+                if uid not in self._recorded:
+                    self._to_record.add(uid)
+                if uid in self.admitted:
+                    self._status_check.add(uid)
             elif self._wl_uids.get(uid) == wl.key:
                 del self._wl_uids[uid]
             for o in wl.metadata.owner_references or []:
@@ -533,8 +547,14 @@ class ControllerBase:
             return
         self.events.forget(uid)
         if isinstance(obj, Workload):
-            self._recorded.discard(uid)
+            self._recorded.pop(uid, None)
             self.pending_reasons.pop(obj.key, None)
+            owner = next((o for o in obj.metadata.owner_references or [] if o.controller), None)
+            admission = self.admissions.get(uid)
+            if owner is not None and owner.kind == "Job" and admission is not None:
+                # kept for the Workload its Job gets next, while the Job runs (_forget_deleted)
+                ns = obj.namespace or "default"
+                self._orphans[uid] = Orphan(uid, obj.key, owner.uid, f"{ns}/{owner.name}", admission)
 
     def wake(self) -> None:
         self._wake.set()
@@ -598,26 +618,61 @@ class ControllerBase:
                         out[f"{ps.name}/{c.name}"] = claim.spec
         return out
 
+    def _ledger_workload(self, wl: Workload) -> LedgerWorkload:
+        """The ledger's record of a Workload: waiting since its Job's creation (``queued_since``)."""
+        return LedgerWorkload(
+            wl.metadata.uid or "",
+            wl.namespace or "default",
+            wl.name,
+            wl.spec.queue_name or "",
+            wl.spec.priority or 0,
+            {
+                "podSets": [
+                    {"name": p.name, "count": p.count, "minCount": p.min_count} for p in wl.spec.pod_sets
+                ]
+            },
+            owner_uid=_owner_uid(wl),
+            queued_at_ms=round(self._queued_at_of(wl) * 1000),
+        )
+
+    def _queued_at_of(self, wl: Workload) -> float:
+        """Since when the Workload waits as the cluster shows it (epoch seconds; see ``queued_since``)."""
+        src = self._source_of(wl)  # its object's creation (a Job, a RayJob, ...)
+        since = _epoch(queued_since(wl, src.object.metadata.creation_timestamp if src is not None else None))
+        return since or self.clock()
+
     async def _record(self, wl: Workload) -> None:
         uid = wl.metadata.uid or ""
         if uid in self._recorded:
             return
-        await self.ledger.add_workload(
-            LedgerWorkload(
-                uid,
-                wl.namespace or "default",
-                wl.name,
-                wl.spec.queue_name or "",
-                wl.spec.priority or 0,
-                {
-                    "podSets": [
-                        {"name": p.name, "count": p.count, "minCount": p.min_count} for p in wl.spec.pod_sets
-                    ]
-                },
-            ),
-            at=self.clock(),
-        )
-        self._recorded.add(uid)
+        spec = self._ledger_workload(wl)
+        await self.ledger.add_workload(spec, at=self.clock())
+        self._recorded[uid] = (spec.queued_at_ms or 0) / 1000
+
+    async def _record_seen(self) -> None:
+        """Workloads the controller sees for the first time are recorded in the ledger (one
+        transaction), waiting since their Job's creation: the wait-time report, ``queueing explain`` and
+        the metrics measure the same wait."""
+        todo, self._to_record = self._to_record, set()
+        wls = [
+            wl
+            for uid in sorted(todo)
+            if uid not in self._recorded
+            and (wl := self._workload_by_uid(uid)) is not None
+            and wl.spec.queue_name
+            and not wl.status.is_true(FINISHED)
+            and not wl.metadata.deletion_timestamp
+        ]
+        if not wls:
+            return
+        specs = [self._ledger_workload(wl) for wl in wls]
+        try:
+            await self.ledger.add_workloads(specs, at=self.clock())
+        except BaseException:
+            self._to_record |= todo  # tried again at the next sync
+            raise
+        for spec in specs:
+            self._recorded[spec.uid] = (spec.queued_at_ms or 0) / 1000
 
     def _source_of(self, wl: Workload) -> SuspendableJob | None:
         """The object of an integrated kind held by suspend that owns ``wl`` (as its adapter)."""
@@ -629,6 +684,46 @@ class ControllerBase:
             if obj is not None and obj.metadata.uid == o.uid:
                 return src.integration.adapt(obj, self.config.accept_kueue_labels)
         return None
+
+    def _pods_by_workload(self) -> Callable[[Workload], list[Pod]]:
+        """The pods of each admitted Workload: those labelled with its UID, and for a Job's Workload
+        every pod of its Job (a Workload recreated for the same Job took over the admission of the
+        one whose UID the pod template carries)."""
+        by_uid: dict[str, list[Pod]] = {}
+        by_owner: dict[str, list[Pod]] = {}
+        for p in self.pods.list():
+            by_uid.setdefault(p.labels.get(WORKLOAD_UID_LABEL, ""), []).append(p)
+            for o in p.metadata.owner_references or []:
+                if o.controller:
+                    by_owner.setdefault(o.uid, []).append(p)
+
+        def pods_of(wl: Workload) -> list[Pod]:
+            src = self._source_of(wl)  # a Job's own pods (other kinds' pods are their children's)
+            if isinstance(src, BatchJob) and src.job.metadata.uid:
+                return by_owner.get(src.job.metadata.uid, [])
+            return by_uid.get(wl.metadata.uid or "", [])
+
+        return pods_of
+
+    def _admitted_from(self, wl: Workload, admission: Admission, admission_time: float) -> AdmittedWorkload:
+        """How the core sees ``wl`` admitted with ``admission`` (the ledger's plan, whatever its status
+        shows). Raises FromApiError."""
+        view = wl
+        if wl.status.admission != admission:
+            view = wl.model_copy(update={"status": wl.status.model_copy(update={"admission": admission})})
+        return admitted_workload(
+            view,
+            self._context(),
+            admission_time=admission_time,
+            creation_time=_epoch(wl.metadata.creation_timestamp),
+        )
+
+    def _job_alive(self, key: str, uid: str) -> Job | None:
+        """The Job ``key`` if it is the one with ``uid`` and neither finished nor being deleted."""
+        job = self.jobs.get_key(key)
+        if job is None or job.metadata.uid != uid or job.metadata.deletion_timestamp:
+            return None
+        return None if BatchJob(job).finished()[0] else job
 
     def _groups(self) -> dict[tuple[str, str], list[Pod]]:
         out: dict[tuple[str, str], list[Pod]] = {}
@@ -707,6 +802,11 @@ class ControllerBase:
         return out
 
 
+def _owner_uid(wl: Workload) -> str | None:
+    """The UID of the Workload's controller owner (its Job, its pod group's first pod, ...)."""
+    return next((o.uid for o in wl.metadata.owner_references or [] if o.controller), None)
+
+
 def _pod_set_of(wl: Workload, pod: Pod) -> str | None:
     """The pod set of a pod-group pod: the one its pod-set label names (the pod-gated kinds' pods), else
     the one whose template is the pod's spec (without node and gates)."""
@@ -718,16 +818,6 @@ def _pod_set_of(wl: Workload, pod: Pod) -> str | None:
         if _without_nulls(ps.template.spec.to_dict()) == mine:
             return ps.name
     return None
-
-
-def _without_nulls(v: Any) -> Any:
-    """A body without explicit nulls (models built in code set optional fields to None; the CRD schema
-    rejects null where it is not nullable)."""
-    if isinstance(v, dict):
-        return {k: _without_nulls(x) for k, x in v.items() if x is not None}
-    if isinstance(v, list):
-        return [_without_nulls(x) for x in v]
-    return v
 
 
 def _allocated_results(claim: ResourceClaim) -> list[DeviceRequestAllocationResult]:

@@ -24,6 +24,7 @@ from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator, run_emulator
 from queueing.testing.cluster import StandIns
 from queueing.testing.rbac import RbacAuthorizer
+from tests.controller.rbac_seen import RBAC_SEEN
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"
@@ -180,11 +181,6 @@ def job(
         "metadata": {"name": name, "namespace": "default", "labels": {"queueing.dra.io/queue-name": queue}},
         "spec": spec,
     }
-
-
-# What the controller's service account was granted and what it used, over every end-to-end test of
-# this session (tests/controller/test_zz_rbac_coverage.py reads it after the other tests ran).
-RBAC_SEEN: dict[str, set[Any]] = {"granted": set(), "used": set(), "tests": set()}
 
 
 @asynccontextmanager
