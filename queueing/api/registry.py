@@ -19,7 +19,7 @@ from queueing.api.base import KubeObject, format_errors
 
 __all__ = ["ObjectError", "format_errors", "known_kinds", "model_for", "parse_object"]
 
-_MODULES = ("queueing.api.v1beta1", "queueing.api.resource", "queueing.api.core")
+_MODULES = ("queueing.api.v1beta1", "queueing.api.resource", "queueing.api.core", "queueing.api.apps")
 
 
 class ObjectError(ValueError):

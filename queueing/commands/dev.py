@@ -34,6 +34,8 @@ HELP = "Run a local cluster (API emulator, stand-in Job controller/scheduler/kub
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 SUSPEND_POLICY = CHECKOUT / "deploy" / "base" / "mutating-admission-policy.yaml"
+# the pod-gated kinds' policies (queue name into pod templates, the admission gate on their pods)
+POD_GATE_POLICY = CHECKOUT / "deploy" / "base" / "pod-gate-policy.yaml"
 CONTROLLER_NAMESPACE = "queueing-system"
 
 # The one coherent example cluster: examples/kustomization.yaml lists its files in load order
@@ -107,8 +109,12 @@ def load_cluster(emu: Any, examples: Path | None) -> list[str]:
         created += emu.load_objects(SUSPEND_POLICY)
     else:
         emu.store.admission_hooks.append(suspend_queued_jobs)
+    if POD_GATE_POLICY.is_file():
+        created += emu.load_objects(POD_GATE_POLICY)
     created += emu.load_objects(list(all_crds()))
-    created += emu.load_objects(TEST_CRDS)  # the integrated kinds (RayJob, JobSet, ...): test CRDs
+    created += emu.load_objects(
+        TEST_CRDS
+    )  # the integrated kinds (RayJob, JobSet, LeaderWorkerSet, ...): test CRDs
     created += emu.load_objects(
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROLLER_NAMESPACE}}]
     )

@@ -59,6 +59,7 @@ from queueing.controller.metrics import ControllerMetrics
 from queueing.controller.plan import (
     GATE_PLACEMENT,
     POD_GROUP_LABEL,
+    POD_SET_LABEL,
     WORKLOAD_UID_LABEL,
 )
 from queueing.controller.plan import without_nulls as _without_nulls
@@ -70,7 +71,7 @@ from queueing.dra.binding import (
 )
 from queueing.integrations.base import SuspendableJob
 from queueing.integrations.job import BatchJob
-from queueing.integrations.registry import Integration, suspendable
+from queueing.integrations.registry import Integration, pod_gated, suspendable
 from queueing.kube.client import (
     CLUSTER_QUEUES,
     COHORTS,
@@ -251,6 +252,11 @@ class ControllerBase:
             self.jobs = JobSources(job_informers)
         self.pods: Informer[Pod] = inf(PODS, Pod, label_selector=WORKLOAD_UID_LABEL)
         self.group_pods: Informer[Pod] = inf(PODS, Pod, label_selector=POD_GROUP_LABEL)
+        # pod-gated kinds (queueing/integrations/podgated.py): queued pods not in a group yet (their
+        # objects: ``gated_sources`` below)
+        self.queued_pods: Informer[Pod] = inf(
+            PODS, Pod, label_selector=f"{QUEUE_NAME_LABEL},!{POD_GROUP_LABEL}"
+        )
         self.nodes: Informer[Node] = inf(NODES, Node)
         self.slices: Informer[ResourceSlice] = inf(RESOURCE_SLICES, ResourceSlice)
         self.device_classes: Informer[DeviceClass] = inf(DEVICE_CLASSES, DeviceClass)
@@ -288,6 +294,12 @@ class ControllerBase:
         # from a CRD gets its informer when the CRD is served (``_crd_delta``)
         self.sources: dict[str, KindSource] = {i.kind: KindSource(i) for i in suspendable()}
         self.sources["Job"].informer = self.jobs
+        # the pod-gated kinds whose objects are read (StatefulSet: replicas and owner; LeaderWorkerSet,
+        # from a CRD: owner and when a group is scaled away), by kind; never synced as sources
+        self.gated_sources: dict[str, KindSource] = {i.kind: KindSource(i) for i in pod_gated()}
+        for src in self.gated_sources.values():
+            if not src.integration.crd:
+                src.informer = inf(src.resource, src.integration.model, label_selector=QUEUE_NAME_LABEL)
         self._informers_running = False
         self.crds: Informer[KubeObject] = inf(CRDS, KubeObject, transform=_crd_projection)
         self.crds.add_mirror(self._crd_delta)
@@ -331,6 +343,8 @@ class ControllerBase:
             *job_informers,
             self.pods,
             self.group_pods,
+            self.queued_pods,
+            *(src.informer for src in self.gated_sources.values() if src.informer is not None),
             self.nodes,
             self.slices,
             self.device_classes,
@@ -417,6 +431,11 @@ class ControllerBase:
         src = self.sources.get(kind)
         return src if src is not None and src.integration.api_version == api_version else None
 
+    def _gated_object(self, kind: str, namespace: str, name: str) -> Any:
+        """An object of a watched pod-gated kind (None: not one, unknown, or its CRD not served)."""
+        src = self.gated_sources.get(kind)
+        return src.informer.get(name, namespace) if src is not None and src.informer is not None else None
+
     def _mark_all_sources(self) -> None:
         """Every object of every integrated kind is looked at in the next sync."""
         for src in self.sources.values():
@@ -426,7 +445,7 @@ class ControllerBase:
         """A CRD changed: an integrated kind's informer starts when its CRD serves its version, and
         stops when it no longer does."""
         name = (new or old).name  # type: ignore[union-attr]
-        for src in self.sources.values():
+        for src in [*self.sources.values(), *self.gated_sources.values()]:
             integ = src.integration
             if not integ.crd or integ.crd_name != name:
                 continue
@@ -463,7 +482,7 @@ class ControllerBase:
 
     def log_disabled_sources(self) -> None:
         """One line per integrated kind whose CRD is not installed (not an error)."""
-        for src in self.sources.values():
+        for src in [*self.sources.values(), *self.gated_sources.values()]:
             if src.integration.crd and src.informer is None:
                 log.info(
                     "integration %s disabled: CRD %s is not installed (its informer starts when it is)",
@@ -618,8 +637,8 @@ class ControllerBase:
 
     def _queued_at_of(self, wl: Workload) -> float:
         """Since when the Workload waits as the cluster shows it (epoch seconds; see ``queued_since``)."""
-        job = self._source_of(wl)  # its object (a Job, a RayJob, ...)
-        since = _epoch(queued_since(wl, job.object.metadata.creation_timestamp if job is not None else None))
+        src = self._source_of(wl)  # its object's creation (a Job, a RayJob, ...)
+        since = _epoch(queued_since(wl, src.object.metadata.creation_timestamp if src is not None else None))
         return since or self.clock()
 
     async def _record(self, wl: Workload) -> None:
@@ -679,9 +698,9 @@ class ControllerBase:
                     by_owner.setdefault(o.uid, []).append(p)
 
         def pods_of(wl: Workload) -> list[Pod]:
-            job = self._source_of(wl)
-            if isinstance(job, BatchJob) and job.job.metadata.uid:  # the Job's pods, whatever their labels
-                return by_owner.get(job.job.metadata.uid, [])
+            src = self._source_of(wl)  # a Job's own pods (other kinds' pods are their children's)
+            if isinstance(src, BatchJob) and src.job.metadata.uid:
+                return by_owner.get(src.job.metadata.uid, [])
             return by_uid.get(wl.metadata.uid or "", [])
 
         return pods_of
@@ -789,7 +808,11 @@ def _owner_uid(wl: Workload) -> str | None:
 
 
 def _pod_set_of(wl: Workload, pod: Pod) -> str | None:
-    """The pod set of a pod-group pod: the one whose template is the pod's spec (without node and gates)."""
+    """The pod set of a pod-group pod: the one its pod-set label names (the pod-gated kinds' pods), else
+    the one whose template is the pod's spec (without node and gates)."""
+    named = pod.labels.get(POD_SET_LABEL)
+    if named is not None and wl.pod_set(named) is not None:
+        return named
     mine = _without_nulls(pod.spec.model_copy(update={"node_name": None, "scheduling_gates": None}).to_dict())
     for ps in wl.spec.pod_sets:
         if _without_nulls(ps.template.spec.to_dict()) == mine:

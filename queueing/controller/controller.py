@@ -11,7 +11,7 @@ handler wakes it; writes that failed are retried by waking it again after a back
 1. brings the ledger's queues in step with the ClusterQueues and LocalQueues;
 2. the integrated kinds held by suspend (Jobs, RayJobs, RayClusters, JobSets): suspends a labelled
    object running without admission, creates its Workload, and at its end releases the quota (ledger
-   first) and marks the Workload Finished;
+   first) and marks the Workload Finished; the pod-gated kinds' gated pods join their groups;
 3. records the Workloads it sees for the first time in the ledger (one transaction; waiting since
    their object's creation); a Workload recreated for an object that runs on takes over the admission
    of the deleted one; forgets admissions whose Workload is gone (ledger release) unless its object
@@ -339,6 +339,7 @@ class Controller(QueueSync):
         await self._sync_ledger_queues()
         await self._sync_jobs()
         await self._replace()
+        await self._group_gated_pods()
         await self._sync_pod_groups()
         await self._record_seen()
         await self._adopt_orphans()

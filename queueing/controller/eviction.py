@@ -40,6 +40,8 @@ from queueing.controller.plan import (
 )
 from queueing.controller.source import WorkloadSource
 from queueing.faults import fault_point
+from queueing.integrations.pod_kinds import kind_of
+from queueing.integrations.podgated import gated
 from queueing.integrations.podgroup import ended as _ended
 from queueing.kube.client import (
     PODS,
@@ -139,7 +141,11 @@ class Eviction(WorkloadSource):
             pods = [
                 p
                 for p in self._groups().get((wl.namespace or "default", group), [])
-                if not _ended(p) and not p.metadata.deletion_timestamp
+                if not _ended(p)
+                and not p.metadata.deletion_timestamp
+                # a pod-gated kind's pod still gated was created again by its controller for the next
+                # admission: it holds nothing and stays
+                and not (gated(p) and kind_of(p) is not None)
             ]
             if pods:
                 # the pods own the Workload: keep it until the eviction is recorded (step 4)
@@ -194,7 +200,9 @@ class Eviction(WorkloadSource):
 
     def _holders(self, wl: Workload, admission: Admission) -> tuple[list[Pod], list[ResourceClaim]]:
         """The victim's pods that still run and the claims that still hold one of its planned devices."""
-        live = [p for p in self._workload_pods(wl) if not _ended(p)]
+        live = [
+            p for p in self._workload_pods(wl) if not _ended(p) and not gated(p)
+        ]  # a gated pod holds nothing
         planned = ev.planned_devices(admission)
         claims = []
         for c in self.claims.list():

@@ -10,7 +10,9 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 
+from queueing.api.apps import LeaderWorkerSet, StatefulSet
 from queueing.api.base import KubeObject
+from queueing.api.core import Pod
 from queueing.api.v1beta1 import (
     FINISHED,
     Workload,
@@ -22,11 +24,15 @@ from queueing.controller.base import (
 )
 from queueing.controller.binding import PlanBinding
 from queueing.controller.plan import (
+    POD_GROUP_LABEL,
     with_condition,
 )
 from queueing.faults import fault_point
 from queueing.integrations import BatchJob, PodGroup, SuspendableJob
-from queueing.kube.writes import each
+from queueing.integrations.pod_kinds import finished_without_pods, group_for, membership_of
+from queueing.integrations.podgated import gated
+from queueing.kube.client import PODS
+from queueing.kube.writes import each, is_not_found
 from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.repository import LedgerError, NotAdmitted
 from queueing.scheduling.from_api import FromApiError
@@ -146,6 +152,42 @@ class WorkloadSource(PlanBinding):
         if failed:
             raise failed[0]
 
+    async def _group_gated_pods(self) -> None:
+        """The gated pods of the pod-gated kinds (StatefulSet, Deployment, LeaderWorkerSet) join their
+        group: labelled with its name, pod set and size (queueing/integrations/podgated.py), as
+        Kueue's reconcilers label them. A pod whose object is not known yet waits for it; a pod with
+        unreadable labels gets a Warning Event naming the field."""
+        for pod in self.queued_pods.list():
+            if pod.metadata.deletion_timestamp or not gated(pod) or POD_GROUP_LABEL in pod.labels:
+                continue
+            try:
+                m = membership_of(pod, self._statefulset)
+            except WorkloadError as e:
+                await self.events.emit(pod, "Warning", "InvalidPodGroup", str(e))
+                continue
+            if m is None:
+                continue
+            try:
+                raw = await self._patch(
+                    PODS, pod.name, m.patch(), pod.namespace, what=f"group of Pod {pod.key}"
+                )
+            except Exception as e:
+                if is_not_found(e):
+                    continue
+                raise
+            self.group_pods.observe(raw)
+
+    def _statefulset(self, namespace: str, name: str) -> StatefulSet | None:
+        out: StatefulSet | None = self._gated_object("StatefulSet", namespace, name)
+        return out
+
+    def _leaderworkerset(self, namespace: str, name: str) -> LeaderWorkerSet | None:
+        out: LeaderWorkerSet | None = self._gated_object("LeaderWorkerSet", namespace, name)
+        return out
+
+    def _group(self, ns: str, name: str, pods: list[Pod]) -> PodGroup:
+        return group_for(ns, name, pods, self._statefulset, self._leaderworkerset)
+
     def _mismatch(self, job: SuspendableJob, wl: Workload) -> str | None:
         """Why an object's Workload no longer matches it (its pod sets' names and counts, as Kueue's
         jobframework compares them), or None. One that makes no valid Workload is left to ``sync``."""
@@ -176,17 +218,19 @@ class WorkloadSource(PlanBinding):
         )
 
     async def _sync_pod_groups(self) -> None:
-        """A pod group becomes one Workload once all its pods exist; it finishes when they all ended."""
+        """A pod group becomes one Workload once all its pods exist; it finishes when its adapter says
+        so (a plain pod group: all its pods ended; a StatefulSet: scaled down to 0; ...)."""
         wpcs = {w.name: w.value for w in self.workload_priority_classes.list()}
         pcs = {p.name: p.value for p in self.priority_classes.list()}
-        for (ns, name), pods in sorted(self._groups().items()):
-            group = PodGroup(ns, name, pods)
+        groups = self._groups()
+        for (ns, name), pods in sorted(groups.items()):
+            group = self._group(ns, name, pods)
             wl = self.workloads.get(group.workload_name, ns)
             if wl is not None:
                 if wl.status.is_true(FINISHED) or wl.metadata.uid not in self.admitted:
                     continue
                 done, succeeded = group.finished()
-                if done:
+                if done and wl.metadata.uid not in self.evicting:
                     await self._finish(wl, succeeded, None)
                 continue
             if not group.complete():
@@ -198,6 +242,22 @@ class WorkloadSource(PlanBinding):
                 continue
             if want is not None:
                 await self._create_workload(want)
+        # a serving kind's admitted group whose pods are all gone: done when its object says so
+        for uid in sorted(self.admitted):
+            wl = self._workload_by_uid(uid)
+            if wl is None or uid in self.evicting or wl.status.is_true(FINISHED):
+                continue
+            if (wl.namespace or "default", wl.labels.get(POD_GROUP_LABEL, "")) in groups:
+                continue
+            owner = next((o for o in wl.metadata.owner_references or [] if o.controller), None)
+            if (
+                owner is None
+                or (obj := self._gated_object(owner.kind, wl.namespace or "", owner.name)) is None
+            ):
+                continue
+            ended = finished_without_pods(wl, obj if obj.metadata.uid == owner.uid else None)
+            if ended is not None and ended[0]:
+                await self._finish(wl, ended[1], None)
 
     async def _finish_all(self, finished: list[tuple[Workload, bool, KubeObject | None]]) -> None:
         """Finished workloads: their quota released in the ledger in one transaction (one by one

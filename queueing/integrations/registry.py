@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from queueing.api.apps import Deployment, LeaderWorkerSet, StatefulSet
 from queueing.api.base import KubeObject
 from queueing.api.core import Job
 from queueing.integrations.base import GenericJob, SuspendableJob
@@ -24,7 +25,7 @@ from queueing.integrations.job import BatchJob
 from queueing.integrations.jobset import JobSet
 from queueing.integrations.ray import RayCluster, RayJob
 
-__all__ = ["INTEGRATIONS", "Integration", "by_kind", "suspendable"]
+__all__ = ["INTEGRATIONS", "Integration", "by_kind", "pod_gated", "suspendable"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Integration:
     model: type[KubeObject]
     adapter: Callable[[Any, bool], GenericJob] | None
     crd: bool = False
+    # whether the controller watches its objects (a pod-gated kind read only through its pods: no)
+    watched: bool = True
 
     @property
     def api_version(self) -> str:
@@ -86,6 +89,20 @@ INTEGRATIONS: tuple[Integration, ...] = (
         lambda o, _: JobSet(o),
         crd=True,
     ),
+    # pod-gated (queueing/integrations/podgated.py): their pods are grouped and held by the admission
+    # gate; the objects are read for replicas, owner and when they are done
+    Integration("StatefulSet", "apps", "v1", "statefulsets", "pod-gate", StatefulSet, None),
+    Integration("Deployment", "apps", "v1", "deployments", "pod-gate", Deployment, None, watched=False),
+    Integration(
+        "LeaderWorkerSet",
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        "leaderworkersets",
+        "pod-gate",
+        LeaderWorkerSet,
+        None,
+        crd=True,
+    ),
 )
 
 
@@ -100,3 +117,8 @@ def by_kind(api_version: str, kind: str) -> Integration | None:
 def suspendable() -> list[Integration]:
     """The entries held by ``spec.suspend`` (one object, one Workload)."""
     return [i for i in INTEGRATIONS if i.held_by == "suspend"]
+
+
+def pod_gated() -> list[Integration]:
+    """The pod-gated kinds whose objects the controller watches (StatefulSet, LeaderWorkerSet)."""
+    return [i for i in INTEGRATIONS if i.held_by == "pod-gate" and i.watched and i.model is not KubeObject]

@@ -30,11 +30,12 @@ _HASH_LENGTH = 5
 _MAX_NAME = 253
 
 
-def workload_name(kind: str, group: str, name: str) -> str:
-    """``<kind>-<name>-<hash>``, lower case, at most 253 characters (Kueue's
-    ``GetWorkloadNameForOwnerWithGVK``: the prefix is cut, the hash kept)."""
+def workload_name(kind: str, group: str, name: str, max_length: int = _MAX_NAME) -> str:
+    """``<kind>-<name>-<hash>``, lower case, at most ``max_length`` characters (Kueue's
+    ``GetWorkloadNameForOwnerWithGVK``: the prefix is cut, the hash kept; 63 where the name is also a
+    label value, as Kueue's ShortWorkloadNames: the pod-gated kinds' pod-group label)."""
     digest = hashlib.sha1(f"{kind}\n{group}\n{name}".encode()).hexdigest()[:_HASH_LENGTH]
-    prefix = f"{kind.lower()}-{name}"[: _MAX_NAME - _HASH_LENGTH - 1].rstrip("-.")
+    prefix = f"{kind.lower()}-{name}"[: max_length - _HASH_LENGTH - 1].rstrip("-.")
     return f"{prefix}-{digest}"
 
 

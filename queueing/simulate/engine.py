@@ -56,12 +56,14 @@ class SimEvent:
     nodes: tuple[str, ...] | None = None
     # for the ledger (not printed)
     admission: Admission | None = field(default=None, compare=False, repr=False)
+    kind: str = ""  # the simulated job's kind (Job, Workload, PodGroup, StatefulSet, Deployment, ...)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
             "time": _num(self.time),
             "event": self.event,
             "job": self.job,
+            "kind": self.kind,
             "clusterQueue": self.cluster_queue,
             "reason": self.reason,
         }
@@ -398,7 +400,8 @@ class Simulation:
                 reasons.forget(key)
                 serial += 1
                 started[key] = serial
-                heapq.heappush(ends, (now + jobs[key].duration, serial, key))
+                if jobs[key].duration != math.inf:  # a serving kind without a duration runs to the end
+                    heapq.heappush(ends, (now + jobs[key].duration, serial, key))
                 state = placer.add(state, key, adm.assignment.placement)
                 devs_running[adm.cluster_queue] = devs_running.get(adm.cluster_queue, 0.0) + devices_of(rec)
                 s = stat(adm.cluster_queue)
@@ -472,4 +475,5 @@ class Simulation:
             cluster_queues=stats,
             wall_seconds=time.perf_counter() - wall0,
         )
-        return SimResult(events, summary, samples)
+        kinds = {k: j.kind for k, j in jobs.items()}
+        return SimResult([replace(e, kind=kinds.get(e.job, "")) for e in events], summary, samples)

@@ -4,7 +4,8 @@ counts as the controller's requests): the Job controller, the resourceclaim cont
 project's allocator, as kube-scheduler's DRA plugin would: on the pinned node, all of the pod's
 unallocated claims at once, in the pod's order, seeing every claim allocated in the cluster) and the
 kubelet; and a stand-in operator per integrated kind served from a CRD (:func:`operators`: RayJob,
-RayCluster, JobSet), each starting once its CRD is served.
+RayCluster, JobSet; Deployment, StatefulSet and LeaderWorkerSet: queueing/testing/operators.py), each
+starting once its kind is served.
 
 It is what the controller's end-to-end tests, ``bench/e2e.py`` and a local cluster run on; it is not
 part of a production deployment.
@@ -84,10 +85,23 @@ def duration_of(obj: dict[str, Any]) -> float | None:
 
 def operators(standins: StandIns) -> list[Any]:
     """The stand-in operators of the integrated kinds (queueing/testing/operator.py), one per kind."""
+    from queueing.testing.deployments import DeploymentController
     from queueing.testing.jobset import JobSetOperator
+    from queueing.testing.leaderworkersets import LeaderWorkerSetController
     from queueing.testing.ray import RayClusterOperator, RayJobOperator
+    from queueing.testing.statefulsets import StatefulSetController
 
-    return [cls(standins) for cls in (RayJobOperator, RayClusterOperator, JobSetOperator)]
+    return [
+        cls(standins)
+        for cls in (
+            RayJobOperator,
+            RayClusterOperator,
+            JobSetOperator,
+            DeploymentController,
+            StatefulSetController,
+            LeaderWorkerSetController,
+        )
+    ]
 
 
 class StandIns:

@@ -105,7 +105,7 @@ class Operator:
                         ns = obj["metadata"].get("namespace") or ""
                         if i == 0:
                             keys[(ns, obj["metadata"]["name"])] = None
-                        elif owner := ((obj["metadata"].get("labels") or {}).get(self.owner_label)):
+                        elif owner := self.owner_of(obj):
                             keys[(ns, owner)] = None
                 for k in keys:
                     self.guard(self.reconcile, k)
@@ -123,6 +123,10 @@ class Operator:
 
     def reconcile(self, key: Key) -> None:
         raise NotImplementedError
+
+    def owner_of(self, child: dict[str, Any]) -> str | None:
+        """The name of the object of this kind a child belongs to (by ``owner_label``)."""
+        return (child["metadata"].get("labels") or {}).get(self.owner_label)
 
     # ---------------------------------------------------------------- helpers
     def get(self, key: Key) -> dict[str, Any] | None:

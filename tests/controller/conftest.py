@@ -6,6 +6,7 @@ the MutatingAdmissionPolicy of deploy/base suspending queued Jobs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -218,14 +219,21 @@ async def admin(emu: Emulator) -> AsyncIterator[KubeClient]:
         await api.close()
 
 
-@pytest.fixture
-async def ledger(tmp_path: Path) -> AsyncIterator[Ledger]:
-    lg = Ledger.from_url(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+@contextlib.asynccontextmanager
+async def sqlite_ledger(directory: Path) -> AsyncIterator[Ledger]:
+    """A migrated SQLite ledger in ``directory``, closed at the end."""
+    lg = Ledger.from_url(f"sqlite+aiosqlite:///{directory / 'ledger.db'}")
     await upgrade_async(lg.engine)
     try:
         yield lg
     finally:
         await lg.close()
+
+
+@pytest.fixture
+async def ledger(tmp_path: Path) -> AsyncIterator[Ledger]:
+    async with sqlite_ledger(tmp_path) as lg:
+        yield lg
 
 
 class Harness:

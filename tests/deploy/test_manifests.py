@@ -173,6 +173,7 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     },
     ("batch", "jobs"): {"list", "watch", "patch"},
     ("", "pods"): {"list", "watch", "patch", "delete"},
+    ("apps", "statefulsets"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims/status"): {"patch"},
     **{
@@ -217,10 +218,15 @@ def test_cluster_role_grants_exactly_what_the_controller_uses() -> None:
 
 def test_each_integrated_crd_kind_has_a_role_with_just_its_verbs() -> None:
     sa = one("deploy", "ServiceAccount", "queueing-controller")
-    for kind, group, plural in (("rayjob", "ray.io", "rayjobs"), ("raycluster", "ray.io", "rayclusters"),
-                                ("jobset", "jobset.x-k8s.io", "jobsets")):  # fmt: skip
+    for kind, group, plural, verbs in (
+        ("rayjob", "ray.io", "rayjobs", {"list", "watch", "patch"}),
+        ("raycluster", "ray.io", "rayclusters", {"list", "watch", "patch"}),
+        ("jobset", "jobset.x-k8s.io", "jobsets", {"list", "watch", "patch"}),
+        # pod-gated: only read (its pods are patched and deleted with the controller's pod verbs)
+        ("leaderworkerset", "leaderworkerset.x-k8s.io", "leaderworkersets", {"list", "watch"}),
+    ):
         role = one("deploy", "ClusterRole", f"queueing-controller-{kind}")
-        assert _granted(role["rules"]) == {(group, plural): {"list", "watch", "patch"}}
+        assert _granted(role["rules"]) == {(group, plural): verbs}
         binding = one("deploy", "ClusterRoleBinding", f"queueing-controller-{kind}")
         assert binding["roleRef"]["name"] == role["metadata"]["name"]
         assert binding["subjects"] == [
@@ -253,8 +259,11 @@ def test_leases_only_in_the_controllers_namespace() -> None:
     ("build", "version"), [("deploy", "v1beta1"), ("deploy/overlays/kubernetes-1.36", "v1")]
 )
 def test_mutating_admission_policy_suspends_labelled_jobs(build: str, version: str) -> None:
-    (policy,) = objects(build, "MutatingAdmissionPolicy")
-    (binding,) = objects(build, "MutatingAdmissionPolicyBinding")
+    suspend = "queueing-suspend-queued-jobs"  # (pod-gate-policy.yaml's hold the pod-gated kinds)
+    (policy,) = [p for p in objects(build, "MutatingAdmissionPolicy") if p["metadata"]["name"] == suspend]
+    (binding,) = [
+        b for b in objects(build, "MutatingAdmissionPolicyBinding") if b["metadata"]["name"] == suspend
+    ]
     assert policy["apiVersion"] == binding["apiVersion"] == f"admissionregistration.k8s.io/{version}"
     assert "namespace" not in policy["metadata"] and "namespace" not in binding["metadata"]  # cluster-scoped
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
@@ -273,7 +282,11 @@ def test_mutating_admission_policy_suspends_labelled_jobs(build: str, version: s
     expr = re.sub(r"\s+", "", mutation["applyConfiguration"]["expression"])
     assert expr == "Object{spec:Object.spec{suspend:true}}"
     assert spec["failurePolicy"] == "Fail"
-    assert len(objects("deploy/overlays/kubernetes-1.36", "MutatingAdmissionPolicy")) == 1
+    # 1.36: every policy only at v1 (the base's v1beta1 ones deleted), the same set as the base's
+    v1 = objects("deploy/overlays/kubernetes-1.36", "MutatingAdmissionPolicy")
+    assert {p["apiVersion"] for p in v1} == {"admissionregistration.k8s.io/v1"}
+    names = sorted(p["metadata"]["name"] for p in v1)
+    assert names == sorted(p["metadata"]["name"] for p in objects("deploy", "MutatingAdmissionPolicy"))
 
 
 def test_postgres_overlay() -> None:

@@ -51,6 +51,7 @@ def test_json_lines_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         "time": 0,
         "event": "Admitted",
         "job": "ml/one",
+        "kind": "Job",
         "clusterQueue": "cq",
         "reason": "admitted",
         "nodes": ["h200-0", "h200-1"],

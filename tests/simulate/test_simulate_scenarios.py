@@ -241,7 +241,8 @@ def test_events_are_in_time_order_and_json_shaped(tmp_path: Path) -> None:
     assert times == sorted(times)
     for e in r.events:
         d = e.to_json()
-        assert list(d)[:5] == ["time", "event", "job", "clusterQueue", "reason"]
+        assert list(d)[:6] == ["time", "event", "job", "kind", "clusterQueue", "reason"]
+        assert d["kind"] == "Job"
         assert ("nodes" in d) == (e.event == "Admitted") and ("preemptor" in d) == (e.event == "Evicted")
     s = r.summary.to_json()
     assert s["event"] == "Summary"
