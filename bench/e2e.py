@@ -124,7 +124,7 @@ async def watch_jobs(emu: Emulator, rec: Recorder) -> None:
 def reasons(emu: Emulator) -> dict[str, int]:
     """Workloads by their QuotaReserved condition's reason (or Finished), to show where a run waits."""
     out: dict[str, int] = {}
-    for wl in emu.store.list(emu.store.resource("workloads", "queueing.dra.io"))[0]:
+    for wl in emu.store.list(emu.store.resource("workloads", "queueing.dra.io"), share=True)[0]:
         conds = {c.get("type"): c for c in (wl.get("status") or {}).get("conditions") or []}
         fin, qr = conds.get("Finished"), conds.get("QuotaReserved")
         if fin is not None and fin.get("status") == "True":

@@ -85,11 +85,52 @@ def validate_rules(value: Any, schema: dict[str, Any], old: Any = None, path: st
     return errs
 
 
+# id(schema node) -> (the node, kept so that its id stays its own; whether a walk may evaluate a rule
+# below it when the value equals the old one)
+_EVALUATES_WHEN_EQUAL: dict[int, tuple[dict[str, Any], bool]] = {}
+
+
+def _evaluates_when_equal(schema: dict[str, Any]) -> bool:
+    """Whether walking a value equal to its old value under ``schema`` can evaluate any rule (and so
+    fail): a transition rule (``oldSelf``) anywhere below, or any rule below the items of a list that
+    is not ``x-kubernetes-list-type: map`` (those items have no old value to ratchet against). Every
+    other rule of such a walk is skipped by ratcheting, so the walk itself can be skipped."""
+    got = _EVALUATES_WHEN_EQUAL.get(id(schema))
+    if got is not None and got[0] is schema:
+        return got[1]
+    out = any(
+        isinstance(r, dict) and isinstance(r.get("rule"), str) and "oldSelf" in r["rule"]
+        for r in schema.get("x-kubernetes-validations") or []
+    )
+    subs = [s for s in (schema.get("properties") or {}).values() if isinstance(s, dict)]
+    if isinstance(schema.get("additionalProperties"), dict):
+        subs.append(schema["additionalProperties"])
+    out = out or any(_evaluates_when_equal(s) for s in subs)
+    items = schema.get("items")
+    if not out and isinstance(items, dict):
+        if schema.get("x-kubernetes-list-type") == "map" and schema.get("x-kubernetes-list-map-keys"):
+            out = _evaluates_when_equal(items)
+        else:
+            out = _has_rules(items)
+    _EVALUATES_WHEN_EQUAL[id(schema)] = (schema, out)
+    return out
+
+
+def _has_rules(schema: dict[str, Any]) -> bool:
+    if schema.get("x-kubernetes-validations"):
+        return True
+    subs = [s for s in (schema.get("properties") or {}).values() if isinstance(s, dict)]
+    subs += [schema[k] for k in ("items", "additionalProperties") if isinstance(schema.get(k), dict)]
+    return any(_has_rules(s) for s in subs)
+
+
 def _walk(
     value: Any, schema: dict[str, Any], old: Any, path: str, errs: list[FieldError], root: bool
 ) -> None:
     if value is None:
         return
+    if not root and old is not None and value == old and not _evaluates_when_equal(schema):
+        return  # unchanged: every rule below would be ratcheted (see _check)
     for r in schema.get("x-kubernetes-validations") or []:
         if isinstance(r, dict) and isinstance(r.get("rule"), str):
             _check(r, value, old, path, errs)
