@@ -8,6 +8,11 @@ emulator's HTTP layer) hands the request body over to the store and gets the sto
 without a copy, to serialise it at once; a ``shared`` watcher's events refer to the stored objects and
 carry their JSON line, encoded once per event however many watchers get it.
 
+Verify mode (``verify``, on with ``QUEUEING_VERIFY=1``) checks both claims on every write: a stored
+object is unchanged when it is replaced or dropped (its JSON is compared with what it was when its
+event went out), and the validation that skips unchanged parts gives the errors the whole validation
+gives; a difference raises ``VerifyError``.
+
 API semantics kept here (HTTP-independent): generateName, uid, creationTimestamp, generation bumps on
 spec changes, optimistic concurrency (409 on a stale resourceVersion), status subresources (writes to
 the main resource ignore ``status``, writes to ``/status`` change only ``status``), finalizers and
@@ -25,6 +30,7 @@ import contextlib
 import copy
 import heapq
 import json
+import os
 import random
 import re
 import string
@@ -36,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from queueing.api.validation import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
+from queueing.dra.verify import VerifyError
 from queueing.testing import builtin_rules, crd_rules, defaults
 from queueing.testing import schema as schemas
 from queueing.testing.admission import (
@@ -48,6 +55,7 @@ from queueing.testing.admission import (
 )
 from queueing.testing.resources import BUILTINS, ResourceType, from_crd
 from queueing.testing.selectors import SelectorError, parse_field_selector, parse_label_selector
+from queueing.verify import verify_from_env
 
 __all__ = ["AdmissionHook", "AdmissionRequest", "ApiError", "Store", "StoreEvent", "Watcher"]
 
@@ -263,6 +271,8 @@ class Store:
         # (resource key, object key) -> the schema the stored object passed (``schemas.validate``
         # skips what an update leaves as it was under the same schema)
         self._validated: dict[tuple[str, tuple[str, str]], dict[str, Any]] = {}
+        self.verify = verify_from_env(os.environ)
+        self._fingerprints: dict[tuple[str, tuple[str, str]], bytes] = {}  # verify: JSON when shared
         # the API server's validation beyond the structural schema: CRD rules (x-kubernetes-validations,
         # CEL) and the resource.k8s.io kinds (the queueing.api models: names, limits, CEL selectors
         # that do not compile or cost too much). False stores such objects anyway, as written under an
@@ -322,6 +332,7 @@ class Store:
     def _put(self, rt: ResourceType, key: tuple[str, str], obj: dict[str, Any]) -> None:
         old = self.objects[rt.key].get(key)
         if old is not None:
+            self._check_unchanged(rt, key, old)
             self._unindex(rt, key, old)
         self.objects[rt.key][key] = obj
         if rt.key in EVENT_KEYS and self.event_ttl is not None:
@@ -331,12 +342,25 @@ class Store:
             if isinstance(ref, dict) and ref.get("uid"):
                 self._owned.setdefault(ref["uid"], set()).add((rt.key, key))
 
+    def _check_unchanged(self, rt: ResourceType, key: tuple[str, str], obj: dict[str, Any]) -> None:
+        """Verify mode: the stored object is as it was when its event went out."""
+        was = self._fingerprints.get((rt.key, key)) if self.verify else None
+        if was is not None and dumps(obj) != was:
+            raise VerifyError(
+                "stored objects are never changed in place",
+                dumps(obj).decode(),
+                was.decode(),
+                f"{rt.key} {key}",
+            )
+
     def _mark_validated(self, rt: ResourceType, key: tuple[str, str]) -> None:
         if rt.schema is not None:
             self._validated[(rt.key, key)] = rt.schema
 
     def _drop(self, rt: ResourceType, key: tuple[str, str]) -> dict[str, Any]:
         obj = self.objects[rt.key].pop(key)
+        self._check_unchanged(rt, key, obj)
+        self._fingerprints.pop((rt.key, key), None)
         self._validated.pop((rt.key, key), None)
         self._unindex(rt, key, obj)
         return obj
@@ -354,6 +378,9 @@ class Store:
 
     def _emit(self, rt: ResourceType, type_: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         ev = StoreEvent(self.rv, type_, rt.key, old, new)
+        if self.verify and type_ != "DELETED":
+            meta = new["metadata"]
+            self._fingerprints[(rt.key, self._key(rt, meta.get("namespace"), meta["name"]))] = dumps(new)
         self.history.append(ev)
         while len(self.history) > self.history_limit:
             dropped = self.history.popleft()
@@ -449,8 +476,12 @@ class Store:
                 if self._validated.get((rt.key, okey)) is rt.schema:
                     passed = old
             errors.extend(schemas.validate(obj, rt.schema, passed=passed))
+            if self.verify and passed is not None:
+                whole = schemas.validate(obj, rt.schema)
+                if [e.message for e in whole] != [e.message for e in errors]:
+                    raise VerifyError("schema validation of the changed parts", errors, whole, name)
             if not errors and self.api_validation:
-                errors.extend(crd_rules.validate_rules(obj, rt.schema, old))
+                errors.extend(crd_rules.validate_rules(obj, rt.schema, old, verify=self.verify))
         elif self.api_validation and rt.group == "resource.k8s.io":
             errors.extend(builtin_rules.validate_resource_object(rt, obj))
         if rt.key == CRD_KEY:
