@@ -109,7 +109,7 @@ class Recorder:
 
 async def watch_jobs(emu: Emulator, rec: Recorder) -> None:
     rt = emu.store.resource("jobs", "batch")
-    w = emu.store.watch(rt, None, str(emu.store.rv), None, None, False)
+    w = emu.store.watch(rt, None, str(emu.store.rv), None, None, False, shared=True)  # read only
     try:
         while True:
             ev = await w.queue.get()

@@ -338,7 +338,12 @@ class AdmissionExecutor(Eviction):
         ]
         for _ in todo:
             fault_point("admission.before_ledger")
-        await each([wl for wl, _, _ in todo], self._record, limit=self.write_concurrency)
+        try:
+            await self._record_all([wl for wl, _, _ in todo])
+        except Exception as e:  # isolation: one of them refused: each on its own, the refusal stays with it
+            if not is_data_error(e):
+                raise
+            await each([wl for wl, _, _ in todo], self._record, limit=self.write_concurrency)
         if len(todo) > 1:
             try:
                 await self.ledger.admit_many(reqs, at=now)

@@ -449,10 +449,14 @@ class ControllerBase:
         return out
 
     async def _record(self, wl: Workload) -> None:
-        uid = wl.metadata.uid or ""
-        if uid in self._recorded:
+        await self._record_all([wl])
+
+    async def _record_all(self, wls: list[Workload]) -> None:
+        """The ledger learns the Workloads it does not know yet, in one transaction."""
+        todo = {uid: wl for wl in wls if (uid := wl.metadata.uid or "") not in self._recorded}
+        if not todo:
             return
-        await self.ledger.add_workload(
+        specs = [
             LedgerWorkload(
                 uid,
                 wl.namespace or "default",
@@ -464,10 +468,11 @@ class ControllerBase:
                         {"name": p.name, "count": p.count, "minCount": p.min_count} for p in wl.spec.pod_sets
                     ]
                 },
-            ),
-            at=self.clock(),
-        )
-        self._recorded.add(uid)
+            )
+            for uid, wl in todo.items()
+        ]
+        await self.ledger.add_workloads(specs, at=self.clock())
+        self._recorded.update(todo)
 
     def _job_of(self, wl: Workload) -> Job | None:
         for o in wl.metadata.owner_references or []:

@@ -372,26 +372,48 @@ class Ledger:
     # ------------------------------------------------------------------ workloads
     async def add_workload(self, spec: WorkloadSpec, *, at: Time) -> bool:
         """Record a workload (pending). Returns False when the UID is already known (no change)."""
+        return (await self.add_workloads([spec], at=at))[0]
+
+    async def add_workloads(self, specs: Sequence[WorkloadSpec], *, at: Time) -> list[bool]:
+        """Record several workloads (pending) in ONE transaction, all or none (a constant number of
+        statements per batch). Per spec: False when its UID is already known (no change; a UID twice
+        in the batch is recorded once)."""
+        if not specs:
+            return []
         at_ms = _ms(at)
         async with self.engine.begin() as c:
-            exists = (await c.execute(select(m.Workload.uid).where(m.Workload.uid == spec.uid))).first()
-            if exists is not None:
-                return False
-            await c.execute(
-                insert(m.Workload).values(
-                    uid=spec.uid,
-                    namespace=spec.namespace,
-                    name=spec.name,
-                    local_queue=spec.local_queue,
-                    priority=spec.priority,
-                    requests_json=json.dumps(spec.requests, sort_keys=True, default=str),
-                    state=m.PENDING,
-                    created_at_ms=at_ms,
-                    queued_at_ms=at_ms,
-                    updated_at_ms=at_ms,
+            known: set[str] = set()
+            uids = sorted({s.uid for s in specs})
+            for i in range(0, len(uids), 500):  # SQLite's bound-parameter limit
+                chunk = uids[i : i + 500]
+                known.update(
+                    (await c.execute(select(m.Workload.uid).where(m.Workload.uid.in_(chunk)))).scalars()
                 )
-            )
-            return True
+            out: list[bool] = []
+            rows: list[dict[str, Any]] = []
+            for spec in specs:
+                if spec.uid in known:
+                    out.append(False)
+                    continue
+                known.add(spec.uid)
+                out.append(True)
+                rows.append(
+                    {
+                        "uid": spec.uid,
+                        "namespace": spec.namespace,
+                        "name": spec.name,
+                        "local_queue": spec.local_queue,
+                        "priority": spec.priority,
+                        "requests_json": json.dumps(spec.requests, sort_keys=True, default=str),
+                        "state": m.PENDING,
+                        "created_at_ms": at_ms,
+                        "queued_at_ms": at_ms,
+                        "updated_at_ms": at_ms,
+                    }
+                )
+            if rows:
+                await c.execute(insert(m.Workload), rows)
+        return out
 
     async def forget_workload(self, uid: str, *, at: Time) -> None:
         """Mark a pending workload deleted (releases first if it is admitted)."""

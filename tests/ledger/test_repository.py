@@ -430,3 +430,18 @@ async def test_release_many_is_one_transaction(ledger: Ledger) -> None:
     assert set(state.admissions) == {"r2"} and set(state.pending) == {"r1"}
     assert state.usage == {("team-a", "default", "cpu"): Q("2"), ("team-a", "h200", GPU): Q("1")}
     assert await ledger.usage_at(sc.t(0, 2)) == state.usage
+
+
+async def test_add_workloads_records_a_batch_once(ledger: Ledger) -> None:
+    await setup_queues(ledger)
+    await add(ledger, "known")
+    specs = [WorkloadSpec(f"b{i}", "ml", f"b{i}", "train", priority=i) for i in range(600)]  # > one IN chunk
+    again = WorkloadSpec("known", "ml", "known", "train")
+    got = await ledger.add_workloads([*specs, again, specs[0]], at=sc.t(0, 5))
+    assert got == [True] * 600 + [False, False]  # already known; twice in the batch: recorded once
+    state = await ledger.load_state()
+    assert {f"b{i}" for i in range(600)} | {"known"} <= set(state.pending)
+    assert await ledger.add_workloads(specs[:2], at=sc.t(0, 6)) == [False, False]
+    # the batch goes in as one workload each: b7 admits like any other
+    await ledger.admit(AdmissionRequest("b7", "team-a", sc.gpu(1)), at=sc.t(0, 7))
+    assert "b7" in (await ledger.load_state()).admissions
