@@ -81,7 +81,9 @@ async def test_a_kill_between_the_eviction_steps_is_resumed(point: str) -> None:
         def _next_crash_at(self) -> tuple[str | None, int] | None:
             return None if self.result.crashes else (point, 1)
 
-    for seed in range(7):  # the scenario's evictions depend on the seed: take the first that evicts
+    # the scenario's evictions depend on the seed: take the first that evicts (seed 1 does with today's
+    # scenario generator, so it is tried first; the others are there in case the generator changes)
+    for seed in (1, 0, 2, 3, 4, 5, 6):
         r = await AtEviction(seed, kills=1).run()
         if r.crashes:
             assert r.crashes == [point]
