@@ -1,7 +1,8 @@
 """Placement benchmark: the same seeded arrival stream under ``FirstFit`` and ``LeastFragmentation``
 (ResourceFlavor ``placementPolicy``), in one run, through the real DRA placer on H200 nodes.
 
-    python bench/placement.py [--nodes 100] [--jobs 2000] [--load 1.3] [--seed 1] [--trace mixed|alibaba|both]
+    python bench/placement.py [--nodes 100] [--jobs 2000] [--load 1.3] [--seed 1]
+                              [--trace mixed|alibaba|rack|mig|both|all] [--mig-nodes 12] [--mig-jobs 1500]
                               [--milp-nodes 4,8] [--plots DIR] [--quick]
 
 Cluster: ``--nodes`` H200 nodes, 8 cards each, published with dynamic MIG as NVIDIA's DRA driver
@@ -12,7 +13,10 @@ Shapes: whole-GPU gangs of 1, 2, 4, 8 and 16 GPUs (a pod per up to 8 GPUs, each 
 node: ``g16`` is 2 pods x 8) and single-pod MIG jobs 1g.18gb, 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb.
 Traces: ``mixed`` (both kinds) and ``alibaba``, whose size mix is shaped like the public Alibaba
 GPU trace (cluster-trace-gpu-v2020, as the FGD paper describes it: most tasks want one GPU or a
-fraction of one, few want 2-8; the fractions here are MIG profiles). Approximate by design: the mix
+fraction of one, few want 2-8; the fractions here are MIG profiles); ``mig``, the heavy-load MIG
+trace: MIG jobs only (the mixed trace's MIG mix) on ``--mig-nodes`` nodes, ``--mig-jobs`` long, so
+that MIG jobs queue under both policies for most of the run (the report prints in how many samples
+after the warm-up MIG jobs were waiting, and how many on average). Approximate by design: the mix
 is the published shape, not the trace. Arrivals are Poisson with a rate that offers ``--load`` times
 the cluster's capacity; durations exponential (mean 1 h), from one seed: both policies see the very
 same jobs; averages over time start after one mean duration (the warm-up). The queue is one BestEffortFIFO queue: at every arrival and finish the waiting jobs are
@@ -104,6 +108,15 @@ MIXES: dict[str, dict[str, float]] = {
         "g4": 0.08,
         "g8": 0.07,
         "g16": 0.02,
+        "1g.18gb": 0.20,
+        "2g.35gb": 0.12,
+        "3g.71gb": 0.10,
+        "4g.71gb": 0.08,
+        "7g.141gb": 0.05,
+    },
+    # MIG jobs only (the mixed trace's MIG mix): the heavy-load MIG trace (``--mig-nodes``, long
+    # enough that MIG jobs queue for hours under both policies: the report says how long they waited)
+    "mig": {
         "1g.18gb": 0.20,
         "2g.35gb": 0.12,
         "3g.71gb": 0.10,
@@ -276,6 +289,7 @@ class Run:
     preferred: int = 0
     preferred_minimal: int = 0
     samples: list[tuple[float, float, float]] = field(default_factory=list)  # (t, utilisation, stranded)
+    waiting_mig: list[tuple[float, int]] = field(default_factory=list)  # (t, MIG jobs waiting)
 
 
 def racks_needed(placer: DraPlacer, scorer: Scorer, pods: int) -> int:
@@ -337,6 +351,7 @@ def replay(
             # nothing waits: nothing is stranded
             strand = stranded(scorer, placer.cluster.usage, n_nodes, waiting) if waiting else 0.0
             run.samples.append((next_sample, float(running_units) / capacity, strand))
+            run.waiting_mig.append((next_sample, sum(1 for j in pending if j.shape.kind == "mig")))
             next_sample += sample_every
         job = by_key[key]
         if kind == 0:
@@ -403,6 +418,13 @@ def report(trace: str, runs: dict[str, Run]) -> None:
             w = r.waits[name]
             print(
                 f"    {name:9s} n={len(w):5d}  mean wait {sum(w) / len(w) / 60:8.1f} min  p90 {p90(w) / 60:8.1f} min"
+            )
+    for r in runs.values():
+        if r.admitted_mig:
+            late = [n for t, n in r.waiting_mig if t >= WARM_UP]
+            print(
+                f"[{trace}] {r.policy:18s} MIG jobs waiting in {100 * sum(1 for n in late if n) / max(1, len(late)):.0f}% "
+                f"of the samples after the warm-up, {sum(late) / max(1, len(late)):.1f} on average"
             )
     lf = runs[LEAST_FRAGMENTATION]
 
@@ -560,7 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--load", type=float, default=1.3, help="offered load / capacity")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--trace", choices=["mixed", "alibaba", "rack", "both", "all"], default="all")
+    ap.add_argument("--trace", choices=["mixed", "alibaba", "rack", "mig", "both", "all"], default="all")
+    ap.add_argument("--mig-nodes", type=int, default=12, help="mig trace: nodes (its jobs: --mig-jobs)")
+    ap.add_argument("--mig-jobs", type=int, default=1500)
     ap.add_argument("--racks", type=int, default=4, help="rack trace: racks of 16 nodes")
     ap.add_argument("--milp-nodes", default="4,8", help="small instances for the MILP ('' to skip)")
     ap.add_argument("--plots", type=Path, default=None, help="write PNGs to this directory")
@@ -571,17 +595,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.nodes, args.jobs, args.milp_nodes = 3, 40, "2"
     ref = reference_loop()
     print(f"machine: reference loop {ref:.3f}s (fixed pure-Python work; compares machines and days)")
-    traces = {"both": ["mixed", "alibaba"], "all": ["mixed", "alibaba", "rack"]}.get(args.trace, [args.trace])
+    traces = {"both": ["mixed", "alibaba"], "all": ["mixed", "alibaba", "rack", "mig"]}.get(
+        args.trace, [args.trace]
+    )
     for trace in traces:
         racks = args.racks if trace == "rack" else 0
         n = 16 * racks if racks else args.nodes
+        n_jobs = args.jobs
+        if trace == "mig" and not args.quick:
+            n, n_jobs = args.mig_nodes, args.mig_jobs
         if args.quick and racks:
             racks, n = 2, 4
-        jobs = arrivals(trace, args.jobs, n * 8, args.load, args.seed)
+        jobs = arrivals(trace, n_jobs, n * 8, args.load, args.seed)
         horizon = jobs[-1].arrival  # measured while jobs still arrive
         every = horizon / 200
         where = f"{racks} racks x {n // racks} nodes" if racks else f"{n} H200 nodes"
-        print(f"[{trace}] {args.jobs} jobs over {horizon / 3600:.1f} h on {where}, load {args.load}")
+        print(f"[{trace}] {n_jobs} jobs over {horizon / 3600:.1f} h on {where}, load {args.load}")
         runs: dict[str, Run] = {
             p: replay(p, jobs, n, horizon, every, verify=args.verify, racks=racks) for p in POLICIES
         }

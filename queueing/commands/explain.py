@@ -10,8 +10,9 @@ order from its visibility API when that answers, else the queue order without fa
 priority, then creation time), and for a deactivated one how to reactivate it. From the
 ledger: its admissions (when, where, which devices, how each ended) and evictions (why, by which
 preemptor), and the workloads it preempted. ``WORKLOAD`` may also be the name of a queued Job (its Workload is
-``job-NAME``). Exit codes: 0 explained, 1 no such workload, 2 on errors (cluster or database
-unreachable, bad arguments).
+``job-NAME``). When the ledger cannot be read, what the cluster says is printed all the same, with one
+line saying the ledger is unreachable (exit code 0). Exit codes: 0 explained, 1 no such workload, 2
+on errors (cluster unreachable, bad arguments).
 """
 
 from __future__ import annotations
@@ -87,10 +88,30 @@ async def _explain(ns: str, name: str, args: argparse.Namespace) -> str:
             raise _NotFound(f"Workload {ns}/{name} not found (nor job-{name})")
         wl = Workload.model_validate(raw)
         queues = await _queues(kube, wl)
+        owner_created = await _owner_created(kube, wl)
     finally:
         await api.close()
-    history = await _ledger_history(wl.metadata.uid or "", args.url)
-    return render(wl, history, queues)
+    try:
+        history: dict[str, Any] | None = await _ledger_history(wl.metadata.uid or "", args.url)
+        unreachable = None
+    except _Failed as e:
+        history, unreachable = None, str(e)
+    return render(wl, history, queues, owner_created=owner_created, ledger_error=unreachable)
+
+
+async def _owner_created(kube: Any, wl: Any) -> str | None:
+    """The creation time of the Workload's Job (what its wait is measured from), None if unknown."""
+    from queueing.kube.client import JOBS
+
+    owner = next((o for o in wl.metadata.owner_references or [] if o.controller and o.kind == "Job"), None)
+    if owner is None:
+        return None
+    try:
+        job = await kube.get(JOBS, owner.name, wl.namespace or "default")
+    except Exception:
+        return None
+    meta = job.get("metadata") or {}
+    return meta.get("creationTimestamp") if meta.get("uid") == owner.uid else None
 
 
 async def _queues(kube: Any, wl: Any) -> dict[str, Any] | None:
@@ -182,6 +203,26 @@ def _ts(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _rfc3339_ms(ts: str | None) -> int | None:
+    if not ts:
+        return None
+    try:
+        return round(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def queued_since_ms(wl: Any, history: dict[str, Any] | None, owner_created: str | None = None) -> int | None:
+    """Since when the workload waits: the ledger's ``queued_at`` (its Job's creation, or its last
+    eviction), else as the cluster shows it (``queued_since``: the same definition)."""
+    from queueing.scheduling.from_api import queued_since
+
+    row = history["row"] if history is not None else None
+    if row is not None and row.state == "pending":
+        return int(row.queued_at_ms)
+    return _rfc3339_ms(queued_since(wl, owner_created))
+
+
 def _pending(wl: Any) -> bool:
     """Waiting for admission and competing for it: not finished, not holding quota, not deactivated,
     not being deleted, not found inadmissible by the controller (e.g. its LocalQueue is stopped)."""
@@ -260,9 +301,17 @@ def _queue_lines(wl: Any, queues: dict[str, Any] | None) -> tuple[list[str], lis
     return out, position
 
 
-def render(wl: Any, history: dict[str, Any], queues: dict[str, Any] | None = None) -> str:
-    """The explanation as text (pure: the Workload model, the ledger rows and, when they could be
-    read, the queues and Workloads of the cluster)."""
+def render(
+    wl: Any,
+    history: dict[str, Any] | None,
+    queues: dict[str, Any] | None = None,
+    *,
+    owner_created: str | None = None,
+    ledger_error: str | None = None,
+) -> str:
+    """The explanation as text (pure: the Workload model, the ledger rows (None: the ledger could not
+    be read, ``ledger_error`` says why) and, when they could be read, the queues and Workloads of the
+    cluster)."""
     st = wl.status
     out: list[str] = []
     uid = wl.metadata.uid or ""
@@ -296,9 +345,9 @@ def render(wl: Any, history: dict[str, Any], queues: dict[str, Any] | None = Non
             """--type merge -p '{"spec":{"active":true}}'"""
         )
     elif qr is not None and qr.status != "True" and (fin is None or fin.status != "True"):
-        never = not history["admissions"]
+        never = history is not None and not history["admissions"]
         out.append(
-            f"  Waiting:   since {wl.metadata.creation_timestamp or '-'}"
+            f"  Waiting:   since {_ts(queued_since_ms(wl, history, owner_created))}"
             + (", never admitted" if never else "")
             + f"; reason {qr.reason} since {qr.last_transition_time}"
         )
@@ -320,10 +369,13 @@ def render(wl: Any, history: dict[str, Any], queues: dict[str, Any] | None = Non
             out.append(f"    {c.type}={c.status}  {c.reason}  {c.message}  (since {c.last_transition_time})")
 
     out.append("History (ledger):")
+    if history is None:
+        out.append(f"  the ledger is unreachable ({ledger_error}): the above is the cluster's view only")
+        return "\n".join(out) + "\n"
     adms = history["admissions"]
     names = history["names"]
     if history["row"] is None:
-        out.append("  the ledger does not know this workload (never admitted by the controller)")
+        out.append("  the ledger does not know this workload (the controller has not seen it yet)")
     elif not adms:
         out.append(f"  never admitted; queued since {_ts(history['row'].queued_at_ms)}")
     for a in adms:

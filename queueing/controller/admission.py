@@ -14,9 +14,12 @@ from queueing.api.v1beta1 import (
     ADMITTED,
     EVICTED,
     FINISHED,
+    PODS_READY,
     PREEMPTED,
     QUOTA_RESERVED,
+    RESOURCE_IN_USE_FINALIZER,
     Admission,
+    Condition,
     Workload,
 )
 from queueing.cache.reasons import pending_groups
@@ -26,10 +29,10 @@ from queueing.controller.base import (
     REASON_MAX,
     _dump,
     _epoch,
-    _without_nulls,
     log,
 )
 from queueing.controller.eviction import Eviction
+from queueing.controller.in_use import ObjectKey, terminating_cluster_queues, uses
 from queueing.controller.isolation import (
     invalid_cluster_queues,
     isolate_cycle,
@@ -38,14 +41,26 @@ from queueing.controller.isolation import (
 )
 from queueing.controller.plan import (
     DeviceIndex,
+    admission_json,
     ledger_request,
     plan_summary,
     with_condition,
 )
+from queueing.dra.verify import VerifyError
 from queueing.faults import fault_point
 from queueing.gcpolicy import paused
-from queueing.kube.writes import describe_error, each
+from queueing.kube.client import (
+    CLUSTER_QUEUES,
+    COHORTS,
+    LOCAL_QUEUES,
+    RESOURCE_FLAVORS,
+    ApiException,
+    Resource,
+)
+from queueing.kube.informer import Informer
+from queueing.kube.writes import describe_error, each, is_conflict, is_invalid, is_not_found, retrying
 from queueing.ledger.errors import is_data_error
+from queueing.ledger.reconcile import status_diverges
 from queueing.ledger.repository import AlreadyAdmitted
 from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.cycle import Admission as CycleAdmission
@@ -98,6 +113,7 @@ class AdmissionExecutor(Eviction):
         )
         for key in changed:
             self.reasons.forget(key)  # compared with the Workload as it is now (_set_pending)
+        self._reactivated.extend(changed)  # spec.active true again: Requeued (_reactivate)
         return self.pending
 
     # dashboard: the pending workloads as the last cycle saw them, and key -> why invalid (read-only)
@@ -120,6 +136,11 @@ class AdmissionExecutor(Eviction):
 
     async def _schedule(self) -> None:
         pw = self._refresh_pending()
+        if self._reactivated:
+            keys, self._reactivated = self._reactivated, []
+            if await self._reactivate(keys):  # their new versions, before any reason is written
+                pw = self._refresh_pending()
+                self._reactivated.clear()
         by_key, invalid = pw.objects, pw.invalid
         specs = self._queue_specs()
         # isolation: a queue object the ledger refused is scheduled as last accepted, and inactive; a
@@ -127,6 +148,14 @@ class AdmissionExecutor(Eviction):
         refused = {
             **invalid_cluster_queues(self.cluster_queues.invalid_objects()),
             **self.quarantine.inactive(self.cluster_queues.list(), self.cohorts.list()),
+            # a ClusterQueue being deleted, or one whose flavor or Cohort is, admits nothing new
+            **(
+                terminating_cluster_queues(
+                    self.cluster_queues.list(), self.cohorts.list(), self.flavors.list()
+                )
+                if self._deleting
+                else {}
+            ),
         }
         if refused:  # (rare: the specs are built again without the memo)
             specs = with_placeholders(
@@ -287,15 +316,24 @@ class AdmissionExecutor(Eviction):
         return self.cache.placer()
 
     def _pending_metrics(self, pending: Any, by_key: dict[str, Workload]) -> None:
-        """Gauges: pending (active / inadmissible) and admitted per ClusterQueue; quota usage."""
+        """Gauges: pending (active / inadmissible) and admitted per ClusterQueue; quota usage.
+
+        Inadmissible as in Kueue's ``pending_workloads``: a workload tried and not admitted waits in
+        its ClusterQueue's inadmissible list (``Pending``), as does one in requeue backoff or one its
+        queue refuses (``Inadmissible``: a missing or stopped queue, a namespace not selected, an
+        invalid Workload); a StrictFIFO queue keeps the workloads that did not fit active (Kueue
+        requeues them at once), and so is a preemptor waiting for its victims."""
         cq_of_lq = {lq.key: lq.spec.cluster_queue for lq in self.local_queues.list()}
         counts: dict[str, list[int]] = {cq.name: [0, 0] for cq in self.cluster_queues.list()}
+        strict = {cq.name for cq in self.cluster_queues.list() if cq.spec.queueing_strategy == "StrictFIFO"}
         # workload key -> (its reason's ClusterQueue, inadmissible), by groups (no message rendered)
-        reason_of: dict[str, tuple[str | None, bool]] = {}
+        reason_of: dict[str, tuple[str | None, bool]] = dict.fromkeys(self.pending.invalid, (None, True))
         for ws, one, pr in pending_groups(pending):
-            seen = (pr.cluster_queue, pr.reason in ("Inadmissible", "Deactivated"))
+            bad = pr.reason in ("Inadmissible", "Deactivated", "Backoff") or (
+                pr.reason == "Pending" and pr.cluster_queue not in strict
+            )
             keys = [w.key for w in ws] if ws is not None else [one] if one is not None else []
-            reason_of.update(dict.fromkeys(keys, seen))
+            reason_of.update(dict.fromkeys(keys, (pr.cluster_queue, bad)))
         for key, wl in by_key.items():
             rcq, bad = reason_of.get(key, (None, False))
             cq = rcq or cq_of_lq.get(f"{wl.namespace or 'default'}/{wl.spec.queue_name}")
@@ -331,6 +369,9 @@ class AdmissionExecutor(Eviction):
         Workloads' statuses, independent writes run side by side."""
         if not admits or not self.may_act():
             return
+        admits = await self._hold_in_use(admits, now)
+        if not admits:
+            return
         todo = [(wl, adm, admission_status(adm)) for wl, adm in admits]
         reqs = [
             ledger_request(wl.metadata.uid or "", adm, a, self._claim_specs(wl), devices)
@@ -338,12 +379,7 @@ class AdmissionExecutor(Eviction):
         ]
         for _ in todo:
             fault_point("admission.before_ledger")
-        try:
-            await self._record_all([wl for wl, _, _ in todo])
-        except Exception as e:  # isolation: one of them refused: each on its own, the refusal stays with it
-            if not is_data_error(e):
-                raise
-            await each([wl for wl, _, _ in todo], self._record, limit=self.write_concurrency)
+        await each([wl for wl, _, _ in todo], self._record, limit=self.write_concurrency)
         if len(todo) > 1:
             try:
                 await self.ledger.admit_many(reqs, at=now)
@@ -359,6 +395,81 @@ class AdmissionExecutor(Eviction):
                 return
         for (wl, adm, a), req in zip(todo, reqs, strict=True):
             await self._admit(wl, adm, a, req, now)
+
+    def _queue_object(self, key: ObjectKey) -> tuple[Informer[Any], Resource, str, str | None]:
+        """The informer, API resource, name and namespace of a queue object (see in_use.py)."""
+        kind, name = key
+        if kind == "LocalQueue":
+            ns, _, lq = name.partition("/")
+            return self.local_queues, LOCAL_QUEUES, lq, ns
+        by_kind: dict[str, tuple[Informer[Any], Resource]] = {
+            "ClusterQueue": (self.cluster_queues, CLUSTER_QUEUES),
+            "ResourceFlavor": (self.flavors, RESOURCE_FLAVORS),
+            "Cohort": (self.cohorts, COHORTS),
+        }
+        informer, res = by_kind[kind]
+        return informer, res, name, None
+
+    async def _hold_in_use(
+        self, admits: list[tuple[Workload, CycleAdmission]], now: float
+    ) -> list[tuple[Workload, CycleAdmission]]:
+        """Before the ledger commits: every queue object an admission uses carries the resource-in-use
+        finalizer, so that a deletion from now on waits for the workload. An admission through an
+        object being deleted (or that could not get the finalizer) is left pending for the next cycle,
+        which sees it terminating."""
+        cohort_of = {cq.name: cq.spec.cohort_name or None for cq in self.cluster_queues.list()}
+        parent = {c.name: c.spec.parent_name or None for c in self.cohorts.list()}
+        held: dict[ObjectKey, bool] = {}
+        keep: list[tuple[Workload, CycleAdmission]] = []
+        for wl, adm in admits:
+            ok = True
+            for key in uses(adm.admitted(now), cohort_of, parent):
+                if key not in held:
+                    held[key] = await self._hold(key)
+                ok = ok and held[key]
+            if ok:
+                keep.append((wl, adm))
+            else:
+                log.info("%s is not admitted now: a queue object it uses is being deleted", wl.key)
+                self._wake.set()
+        return keep
+
+    async def _hold(self, key: ObjectKey) -> bool:
+        informer, res, name, ns = self._queue_object(key)
+        obj = informer.get(name, ns)
+        if obj is None:  # an implicit Cohort (no object), or gone since the cycle (nothing to hold)
+            return True
+        if obj.metadata.deletion_timestamp:
+            return False
+        if RESOURCE_IN_USE_FINALIZER in (obj.metadata.finalizers or []):
+            return True
+        try:
+            raw = await retrying(
+                lambda: self._finalizers_patch(informer, res, name, ns, add=True),
+                what=f"finalizer of {key[0]} {key[1]}",
+            )
+        except Exception as e:
+            if not (is_invalid(e) or is_not_found(e) or is_conflict(e)):
+                raise
+            # changed meanwhile, or being deleted (no finalizer may be added then): the next cycle
+            log.info("%s %s: finalizer not added: %s", key[0], key[1], describe_error(e))
+            return False
+        informer.observe(raw)
+        return True
+
+    async def _finalizers_patch(
+        self, informer: Informer[Any], res: Resource, name: str, ns: str | None, *, add: bool
+    ) -> dict[str, Any]:
+        """Add or remove the resource-in-use finalizer, against the object's version as the informer
+        holds it now (a conflict is retried after the watch brought the newer one)."""
+        obj = informer.get(name, ns)
+        if obj is None:
+            raise ApiException(status=404, reason="NotFound")
+        have = [f for f in obj.metadata.finalizers or [] if f != RESOURCE_IN_USE_FINALIZER]
+        want = [*have, RESOURCE_IN_USE_FINALIZER] if add else have
+        body = {"metadata": {"finalizers": want or None, "resourceVersion": obj.metadata.resource_version}}
+        raw: dict[str, Any] = await self.kube.patch(res, name, body, ns)
+        return raw
 
     async def _admit(
         self, wl: Workload, adm: CycleAdmission, admission: Admission, req: Any, now: float
@@ -394,13 +505,16 @@ class AdmissionExecutor(Eviction):
         self.status_todo.add(uid)
         self.stats.admissions += 1
         fault_point("admission.after_ledger")
-        waited = now - _epoch(wl.metadata.creation_timestamp) if wl.metadata.creation_timestamp else None
+        # since it was queued, as the ledger has it (its Job's creation, or its last eviction)
+        waited = now - self._recorded.get(uid, self._queued_at_of(wl))
         self.metrics.quota_reserved(adm.cluster_queue, waited)
         self.metrics.admitted(adm.cluster_queue, waited)
 
-    async def _write_admission(self, wl: Workload, admission: Admission, now: float) -> None:
-        uid = wl.metadata.uid or ""
-        cq = admission.cluster_queue
+    def _admission_conditions(
+        self, wl: Workload, cq: str, now: float, *, again: bool = True
+    ) -> list[Condition]:
+        """QuotaReserved and Admitted True (``again``: a requeued workload's Evicted and Preempted
+        False)."""
         gen = wl.metadata.generation
         conds = with_condition(
             wl.status.conditions,
@@ -414,15 +528,26 @@ class AdmissionExecutor(Eviction):
         conds = with_condition(
             conds, ADMITTED, "True", "Admitted", f"The workload is admitted by ClusterQueue {cq}", now, gen
         )
-        for done in (EVICTED, PREEMPTED):  # a requeued workload admitted again
+        if again:  # a new admission (not a repair from the ledger, whose pods may run already)
+            # PodsReady (kept true to the pods by the eviction reconciler): its pods start now, in this write
+            conds = with_condition(
+                conds, PODS_READY, "False", "WaitForStart", "Not all pods are ready or succeeded", now, gen
+            )
+        for done in (EVICTED, PREEMPTED) if again else ():  # a requeued workload admitted again
             if wl.status.is_true(done):
                 conds = with_condition(conds, done, "False", "Admitted", "admitted again", now, gen)
+        return conds
+
+    async def _write_admission(self, wl: Workload, admission: Admission, now: float) -> None:
+        uid = wl.metadata.uid or ""
+        cq = admission.cluster_queue
+        conds = self._admission_conditions(wl, cq, now)
         try:
             out = await self._patch_status(
                 wl,
                 {
                     "conditions": _dump(conds),
-                    "admission": _without_nulls(admission.to_dict()),
+                    "admission": admission_json(admission),
                     "reason": None,
                 },
             )
@@ -439,6 +564,57 @@ class AdmissionExecutor(Eviction):
         await self.events.emit(
             wl, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}; plan: {plan_summary(admission)}"
         )
+
+    async def _repair_admission(self, wl: Workload, admission: Admission, why: str) -> None:
+        """The Workload's status disagrees with the ledger's open admission: it is rewritten from it
+        (``status.admission``, QuotaReserved and Admitted True; an eviction in progress keeps its
+        Evicted condition). Recovery repairs, it does not revoke."""
+        conds = self._admission_conditions(wl, admission.cluster_queue, self.clock(), again=False)
+        out = await self._patch_status(
+            wl, {"conditions": _dump(conds), "admission": admission_json(admission), "reason": None}
+        )
+        self.stats.repaired += 1
+        msg = f"status rewritten from the ledger's admission ({why}); plan: {plan_summary(admission)}"
+        log.warning("Workload %s: %s", wl.key, msg)
+        await self.events.emit(out or wl, "Warning", "StatusRepaired", msg)
+
+    def _diverged(self, uid: str) -> tuple[Workload, Admission, str] | None:
+        """An admitted Workload whose status no longer shows the controller's record of its admission
+        (the ledger's), with how it differs; None when it agrees (or is not the controller's to
+        repair now: its admission status is still being written, it finished, it is being deleted)."""
+        wl = self._workload_by_uid(uid)
+        adm = self.admissions.get(uid)
+        if (
+            wl is None
+            or adm is None
+            or uid not in self.admitted
+            or uid in self.status_todo
+            or wl.status.is_true(FINISHED)
+            or wl.metadata.deletion_timestamp
+        ):
+            return None
+        why = status_diverges(
+            admission_json(wl.status.admission),
+            wl.status.is_true(QUOTA_RESERVED),
+            wl.status.is_true(ADMITTED),
+            admission_json(adm) or {},
+        )
+        return None if why is None else (wl, adm, why)
+
+    async def _repair_statuses(self) -> None:
+        """Admitted Workloads whose status changed since the last sync (by their deltas): one that no
+        longer shows the ledger's admission gets it written again. Verify mode checks every admitted
+        Workload: none diverged without a delta."""
+        todo, self._status_check = self._status_check, set()
+        if self.verify:
+            general = sorted(u for u in self.admitted if self._diverged(u) is not None)
+            fast = sorted(u for u in general if u in todo)
+            if fast != general:
+                raise VerifyError("status repair by Workload deltas", fast, general)
+        for uid in sorted(todo):
+            found = self._diverged(uid)
+            if found is not None:
+                await self._repair_admission(*found)
 
     async def _write_pending_status(self) -> None:
         """Admissions whose status write did not hold yet (the ledger has them): write again."""

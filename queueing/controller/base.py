@@ -32,6 +32,7 @@ from queueing.api.resource import (
     ResourceSlice,
 )
 from queueing.api.v1beta1 import (
+    FINISHED,
     Admission,
     ClusterQueue,
     Cohort,
@@ -55,7 +56,8 @@ from queueing.controller.plan import (
     POD_GROUP_LABEL,
     WORKLOAD_UID_LABEL,
 )
-from queueing.controller.records import FieldView, FlagView, Records
+from queueing.controller.plan import without_nulls as _without_nulls
+from queueing.controller.records import FieldView, FlagView, Orphan, Records
 from queueing.dra.allocator import SelectorCache
 from queueing.dra.binding import (
     BindingDecision,
@@ -93,6 +95,8 @@ from queueing.ledger.state import WorkloadSpec as LedgerWorkload
 from queueing.scheduling.cycle import CycleMemo, PendingReason
 from queueing.scheduling.from_api import (
     ApiContext,
+    admitted_workload,
+    queued_since,
 )
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL
 from queueing.scheduling.kueue_labels import KUEUE_QUEUE_NAME_LABEL
@@ -124,6 +128,7 @@ class ControllerStats:
     pods_ungated: int = 0
     claims_allocated: int = 0
     errors: int = 0
+    repaired: int = 0  # Workload statuses rewritten from the ledger's admission
     synced: int = 0  # dashboard: syncs finished (``syncs`` counts those begun)
 
 
@@ -238,6 +243,9 @@ class ControllerBase:
         self.jobs_per_sync = 256
         self._all_jobs_dirty = True
         self._admitted_seen: dict[str, str] = {}  # uid -> key of the admissions the pending set knows
+        # Workloads (keys) that no longer match their Job -> why: replaced (controller/eviction.py)
+        self._to_replace: dict[str, str] = {}
+        self._reactivated: list[str] = []  # keys of pending Workloads that changed (maybe reactivated)
         self.workloads.add_mirror(self._workload_delta)
         self.jobs.add_mirror(lambda old, new: self._dirty_jobs.setdefault((new or old).key))  # type: ignore[union-attr]
         for queue_informer in (
@@ -284,7 +292,12 @@ class ControllerBase:
         self.status_todo = FlagView(self.records, "status_todo")  # the status write not confirmed yet
         self.pending_reasons: dict[str, PendingReason] = {}  # workload key -> last reason
         self.inactive_cluster_queues: dict[str, str] = {}
-        self._recorded: set[str] = set()  # workload UIDs the ledger knows
+        # workload UIDs the ledger knows -> since when each waits there (epoch seconds: its Job's
+        # creation, or its last eviction; what the wait-time metrics measure from)
+        self._recorded: dict[str, float] = {}
+        self._to_record: set[str] = set()  # Workloads seen, maybe not in the ledger yet
+        self._status_check: set[str] = set()  # admitted Workloads changed: status compared with the plan
+        self._orphans: dict[str, Orphan] = {}  # admissions of deleted Workloads whose Job runs on
         self._ledger_cqs: dict[str, LedgerClusterQueue] = {}
         self._ledger_cohorts: dict[str, LedgerCohort] = {}
         self._ledger_lqs: dict[tuple[str, str], LedgerLocalQueue] = {}
@@ -310,6 +323,10 @@ class ControllerBase:
         # isolation (controller/isolation.py): queue objects the ledger refused; the outage's log
         self.quarantine = Quarantine(report=lambda o, m: self.events.emit(o, "Warning", LEDGER_REJECTED, m))
         self.outage = OutageLog()
+        # queue objects being deleted that admitted workloads still use -> what their status says
+        self._terminating: dict[tuple[str, str], str] = {}
+        # (kind, key) of the queue objects with a deletionTimestamp (kept by the informers' deltas)
+        self._deleting: set[tuple[str, str]] = set()
         self._invalid_status: dict[str, str] = {}  # ClusterQueue the model rejects -> status written
         # wedge detection (controller/health.py): when a sync last completed (time.monotonic())
         self.last_sync_completed: float | None = None
@@ -322,6 +339,10 @@ class ControllerBase:
             uid = wl.metadata.uid or ""
             if present:
                 self._wl_uids[uid] = wl.key
+                if uid not in self._recorded:
+                    self._to_record.add(uid)
+                if uid in self.admitted:
+                    self._status_check.add(uid)
             elif self._wl_uids.get(uid) == wl.key:
                 del self._wl_uids[uid]
             for o in wl.metadata.owner_references or []:
@@ -337,6 +358,14 @@ class ControllerBase:
 
     def _queues_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
         self._specs = None
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        key = (obj.kind or type(obj).KIND, obj.key)
+        if new is not None and new.metadata.deletion_timestamp:
+            self._deleting.add(key)
+        else:
+            self._deleting.discard(key)
 
     def _context_delta(self, old: KubeObject | None, new: KubeObject | None) -> None:
         self._ctx = None
@@ -383,8 +412,14 @@ class ControllerBase:
             return
         self.events.forget(uid)
         if isinstance(obj, Workload):
-            self._recorded.discard(uid)
+            self._recorded.pop(uid, None)
             self.pending_reasons.pop(obj.key, None)
+            owner = next((o for o in obj.metadata.owner_references or [] if o.controller), None)
+            admission = self.admissions.get(uid)
+            if owner is not None and owner.kind == "Job" and admission is not None:
+                # kept for the Workload its Job gets next, while the Job runs (_forget_deleted)
+                ns = obj.namespace or "default"
+                self._orphans[uid] = Orphan(uid, obj.key, owner.uid, f"{ns}/{owner.name}", admission)
 
     def wake(self) -> None:
         self._wake.set()
@@ -448,31 +483,61 @@ class ControllerBase:
                         out[f"{ps.name}/{c.name}"] = claim.spec
         return out
 
-    async def _record(self, wl: Workload) -> None:
-        await self._record_all([wl])
+    def _ledger_workload(self, wl: Workload) -> LedgerWorkload:
+        """The ledger's record of a Workload: waiting since its Job's creation (``queued_since``)."""
+        return LedgerWorkload(
+            wl.metadata.uid or "",
+            wl.namespace or "default",
+            wl.name,
+            wl.spec.queue_name or "",
+            wl.spec.priority or 0,
+            {
+                "podSets": [
+                    {"name": p.name, "count": p.count, "minCount": p.min_count} for p in wl.spec.pod_sets
+                ]
+            },
+            owner_uid=_owner_uid(wl),
+            queued_at_ms=round(self._queued_at_of(wl) * 1000),
+        )
 
-    async def _record_all(self, wls: list[Workload]) -> None:
-        """The ledger learns the Workloads it does not know yet, in one transaction."""
-        todo = {uid: wl for wl in wls if (uid := wl.metadata.uid or "") not in self._recorded}
-        if not todo:
+    def _queued_at_of(self, wl: Workload) -> float:
+        """Since when the Workload waits as the cluster shows it (epoch seconds; see ``queued_since``)."""
+        job = self._job_of(wl)
+        since = _epoch(queued_since(wl, job.metadata.creation_timestamp if job is not None else None))
+        return since or self.clock()
+
+    async def _record(self, wl: Workload) -> None:
+        uid = wl.metadata.uid or ""
+        if uid in self._recorded:
             return
-        specs = [
-            LedgerWorkload(
-                uid,
-                wl.namespace or "default",
-                wl.name,
-                wl.spec.queue_name or "",
-                wl.spec.priority or 0,
-                {
-                    "podSets": [
-                        {"name": p.name, "count": p.count, "minCount": p.min_count} for p in wl.spec.pod_sets
-                    ]
-                },
-            )
-            for uid, wl in todo.items()
+        spec = self._ledger_workload(wl)
+        await self.ledger.add_workload(spec, at=self.clock())
+        self._recorded[uid] = (spec.queued_at_ms or 0) / 1000
+
+    async def _record_seen(self) -> None:
+        """Workloads the controller sees for the first time are recorded in the ledger (one
+        transaction), waiting since their Job's creation: the wait-time report, ``queueing explain`` and
+        the metrics measure the same wait."""
+        todo, self._to_record = self._to_record, set()
+        wls = [
+            wl
+            for uid in sorted(todo)
+            if uid not in self._recorded
+            and (wl := self._workload_by_uid(uid)) is not None
+            and wl.spec.queue_name
+            and not wl.status.is_true(FINISHED)
+            and not wl.metadata.deletion_timestamp
         ]
-        await self.ledger.add_workloads(specs, at=self.clock())
-        self._recorded.update(todo)
+        if not wls:
+            return
+        specs = [self._ledger_workload(wl) for wl in wls]
+        try:
+            await self.ledger.add_workloads(specs, at=self.clock())
+        except BaseException:
+            self._to_record |= todo  # tried again at the next sync
+            raise
+        for spec in specs:
+            self._recorded[spec.uid] = (spec.queued_at_ms or 0) / 1000
 
     def _job_of(self, wl: Workload) -> Job | None:
         for o in wl.metadata.owner_references or []:
@@ -481,6 +546,46 @@ class ControllerBase:
                 if job is not None and job.metadata.uid == o.uid:
                     return job
         return None
+
+    def _pods_by_workload(self) -> Callable[[Workload], list[Pod]]:
+        """The pods of each admitted Workload: those labelled with its UID, and for a Job's Workload
+        every pod of its Job (a Workload recreated for the same Job took over the admission of the
+        one whose UID the pod template carries)."""
+        by_uid: dict[str, list[Pod]] = {}
+        by_owner: dict[str, list[Pod]] = {}
+        for p in self.pods.list():
+            by_uid.setdefault(p.labels.get(WORKLOAD_UID_LABEL, ""), []).append(p)
+            for o in p.metadata.owner_references or []:
+                if o.controller:
+                    by_owner.setdefault(o.uid, []).append(p)
+
+        def pods_of(wl: Workload) -> list[Pod]:
+            job = self._job_of(wl)
+            if job is not None and job.metadata.uid:
+                return by_owner.get(job.metadata.uid, [])
+            return by_uid.get(wl.metadata.uid or "", [])
+
+        return pods_of
+
+    def _admitted_from(self, wl: Workload, admission: Admission, admission_time: float) -> AdmittedWorkload:
+        """How the core sees ``wl`` admitted with ``admission`` (the ledger's plan, whatever its status
+        shows). Raises FromApiError."""
+        view = wl
+        if wl.status.admission != admission:
+            view = wl.model_copy(update={"status": wl.status.model_copy(update={"admission": admission})})
+        return admitted_workload(
+            view,
+            self._context(),
+            admission_time=admission_time,
+            creation_time=_epoch(wl.metadata.creation_timestamp),
+        )
+
+    def _job_alive(self, key: str, uid: str) -> Job | None:
+        """The Job ``key`` if it is the one with ``uid`` and neither finished nor being deleted."""
+        job = self.jobs.get_key(key)
+        if job is None or job.metadata.uid != uid or job.metadata.deletion_timestamp:
+            return None
+        return None if BatchJob(job).finished()[0] else job
 
     def _groups(self) -> dict[tuple[str, str], list[Pod]]:
         out: dict[tuple[str, str], list[Pod]] = {}
@@ -550,6 +655,11 @@ class ControllerBase:
         return out
 
 
+def _owner_uid(wl: Workload) -> str | None:
+    """The UID of the Workload's controller owner (its Job, its pod group's first pod, ...)."""
+    return next((o.uid for o in wl.metadata.owner_references or [] if o.controller), None)
+
+
 def _pod_set_of(wl: Workload, pod: Pod) -> str | None:
     """The pod set of a pod-group pod: the one whose template is the pod's spec (without node and gates)."""
     mine = _without_nulls(pod.spec.model_copy(update={"node_name": None, "scheduling_gates": None}).to_dict())
@@ -557,16 +667,6 @@ def _pod_set_of(wl: Workload, pod: Pod) -> str | None:
         if _without_nulls(ps.template.spec.to_dict()) == mine:
             return ps.name
     return None
-
-
-def _without_nulls(v: Any) -> Any:
-    """A body without explicit nulls (models built in code set optional fields to None; the CRD schema
-    rejects null where it is not nullable)."""
-    if isinstance(v, dict):
-        return {k: _without_nulls(x) for k, x in v.items() if x is not None}
-    if isinstance(v, list):
-        return [_without_nulls(x) for x in v]
-    return v
 
 
 def _allocated_results(claim: ResourceClaim) -> list[DeviceRequestAllocationResult]:

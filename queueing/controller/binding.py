@@ -24,7 +24,6 @@ from queueing.controller.base import (
     _allocated_results,
     _gated,
     _pod_set_of,
-    _without_nulls,
     log,
 )
 from queueing.controller.plan import (
@@ -37,6 +36,7 @@ from queueing.controller.plan import (
     POD_SET_LABEL,
     WORKLOAD_UID_LABEL,
     DeviceIndex,
+    admission_json,
     allocation_for,
     is_implicit_claim,
     job_finished,
@@ -44,6 +44,7 @@ from queueing.controller.plan import (
     needs_gate,
     plan_summary,
     pod_claim_name,
+    without_nulls,
 )
 from queueing.dra.binding import (
     BindingDecision,
@@ -129,7 +130,7 @@ class PlanBinding(ControllerBase):
                                 "status": {
                                     "allocation": {
                                         "devices": {
-                                            "results": [_without_nulls(d.to_dict()) for d in c.devices]
+                                            "results": [without_nulls(d.to_dict()) for d in c.devices]
                                         }
                                     }
                                 },
@@ -175,9 +176,7 @@ class PlanBinding(ControllerBase):
 
     async def _bind(self) -> None:
         self._upstream = None  # what kube-scheduler sees now (built when a decision needs it)
-        pods_by_wl: dict[str, list[Pod]] = {}
-        for p in self.pods.list():
-            pods_by_wl.setdefault(p.labels.get(WORKLOAD_UID_LABEL, ""), []).append(p)
+        pods_of = self._pods_by_workload()
         groups = self._groups()
 
         async def bind(uid: str) -> None:
@@ -188,7 +187,7 @@ class PlanBinding(ControllerBase):
             job = self._job_of(wl)
             if job is not None and job.spec.suspend and not job_finished(job)[0]:
                 await self._start_job(wl, job, admission)
-            pods = pods_by_wl.get(uid, [])
+            pods = pods_of(wl)
             if any(_gated(p) for p in pods):
                 await self._bind_pods(wl, admission, pods)
             group = wl.labels.get(POD_GROUP_LABEL)
@@ -434,17 +433,21 @@ class PlanBinding(ControllerBase):
                     c.devices = [allocated_device(r) for r in got]
         if differs:
             new.planned_devices = new.count_planned_devices()
-            out = await self._patch_status(wl, {"admission": _without_nulls(new.to_dict())})
-            if out is None:
-                return
             uid = wl.metadata.uid or ""
-            self.admissions[uid] = new
-            try:  # the ledger's plan rows follow (charges are the same: devices of the same classes)
+            try:  # the ledger first: its plan rows (charges stay: devices of the same classes) and the
+                # status it keeps follow the allocated devices
                 await self.ledger.rebind(
-                    uid, ledger_pods(new, self._claim_specs(wl), DeviceIndex(self.slices.list()))
+                    uid,
+                    ledger_pods(new, self._claim_specs(wl), DeviceIndex(self.slices.list())),
+                    admission_json(new),
                 )
             except LedgerError as e:
                 log.warning("the ledger did not take the allocated devices of %s: %s", wl.key, e)
+            self.admissions[uid] = new
+            self._status_check.add(uid)  # compared again at the next sync, should this write fail
+            out = await self._patch_status(wl, {"admission": admission_json(new)})
+            if out is None:
+                return
             a = self.admitted.get(uid)
             if a is not None:
                 old = a.placement if isinstance(a.placement, Placement) else Placement(nodes=())

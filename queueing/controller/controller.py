@@ -11,7 +11,10 @@ handler wakes it; writes that failed are retried by waking it again after a back
 1. brings the ledger's queues in step with the ClusterQueues and LocalQueues;
 2. Jobs: suspends a labelled Job running without admission, creates the Job's Workload, and on the
    Job's end releases the quota (ledger first) and marks the Workload Finished;
-3. forgets admissions whose Workload is gone (ledger release);
+3. records the Workloads it sees for the first time in the ledger (one transaction; waiting since
+   their Job's creation); a Workload recreated for a Job that runs on takes over the admission of the
+   deleted one; forgets admissions whose Workload is gone (ledger release) unless its Job runs on;
+   rewrites the status of an admitted Workload that no longer shows the ledger's admission;
 4. runs one scheduling cycle over the pending Workloads and executes its admissions: **ledger first**
    (quota and plan in one transaction), then the Workload's status (QuotaReserved, Admitted,
    ``status.admission`` with the plan; retried until it holds); pending Workloads get their reason;
@@ -34,19 +37,24 @@ import gc
 import time
 
 from queueing.api.v1beta1 import (
+    ADMITTED,
     EVICTED,
     FINISHED,
     QUOTA_RESERVED,
+    Admission,
     Workload,
 )
 from queueing.controller.base import (
     ControllerStats,
     _cond_time,
     _epoch,
+    _owner_uid,
     log,
 )
 from queueing.controller.evict import Evicting
+from queueing.controller.plan import admission_json
 from queueing.controller.queue_sync import QueueSync
+from queueing.controller.records import Orphan
 from queueing.dra.verify import VerifyError
 from queueing.gcpolicy import keep_long_lived
 from queueing.kube.client import (
@@ -64,14 +72,12 @@ from queueing.ledger.reconcile import (
     ObservedWorkload,
     RecordWorkload,
     RevokeAdmission,
+    TransferAdmission,
     reconcile,
 )
 from queueing.ledger.recovery import apply_ledger_actions
 from queueing.ledger.repository import NotAdmitted
-from queueing.scheduling.from_api import (
-    FromApiError,
-    admitted_workload,
-)
+from queueing.scheduling.from_api import FromApiError
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
 
 #: after the first completed sync, and every this many after it, the state alive is kept out of later
@@ -119,10 +125,13 @@ class Controller(QueueSync):
         self._ledger_cqs.clear()
         self._ledger_lqs.clear()
         self._admitted_seen.clear()
+        self._orphans.clear()
+        self._status_check.clear()
         self.pending.mark_all()
         self._all_jobs_dirty = True
         await self._sync_ledger_queues()
         await self.recover()
+        await self._hold_all_in_use()
         self.leading = True
         self._task = asyncio.create_task(self._loop(), name="queueing-controller")
         self._wake.set()
@@ -189,33 +198,63 @@ class Controller(QueueSync):
         ns = wl.namespace or "default"
         if st.is_true(FINISHED):
             phase = "finished"
-        elif st.is_true(QUOTA_RESERVED) and st.admission is not None:
+        elif st.is_true(QUOTA_RESERVED):
             phase = "admitted"
         else:
             phase = "pending"
         cq = st.admission.cluster_queue if st.admission is not None else None
-        return ObservedWorkload(uid, ns, wl.name, phase, cq)  # type: ignore[arg-type]
+        return ObservedWorkload(
+            uid,
+            ns,
+            wl.name,
+            phase,  # type: ignore[arg-type]
+            cq,
+            admission=admission_json(st.admission),
+            reserved=st.is_true(QUOTA_RESERVED),
+            admitted=st.is_true(ADMITTED),
+            owner_uid=_owner_uid(wl),
+        )
 
     async def recover(self) -> None:
-        """Rebuild the admission record from the ledger and the Workloads; reconcile the two."""
+        """Rebuild the admission record from the ledger and the Workloads; reconcile the two. A
+        Workload whose status diverged from the ledger's open admission gets its status rewritten
+        from the ledger (repaired, not revoked); only what the ledger does not know is revoked."""
         state = await self.ledger.load_state()
         now = self.clock()
-        observed = {w.metadata.uid: self._observe(w) for w in self.workloads.list() if w.metadata.uid}
+        wls = [w for w in self.workloads.list() if w.metadata.uid]
+        by_uid = {w.metadata.uid or "": w for w in wls}
+        observed = {uid: self._observe(w) for uid, w in by_uid.items()}
+        jobs = {
+            j.metadata.uid: j
+            for j in self.jobs.list()
+            if j.metadata.uid and self._job_alive(j.key, j.metadata.uid) is not None
+        }
         actions = reconcile(
             state.admissions,
             state.pending,
-            ObservedCluster(observed, frozenset(n.name for n in self.nodes.list())),
+            ObservedCluster(observed, frozenset(n.name for n in self.nodes.list()), frozenset(jobs)),
         )
         rest = await apply_ledger_actions(self.ledger, actions, at=now)
-        by_uid = {w.metadata.uid: w for w in self.workloads.list() if w.metadata.uid}
         revoked: set[str] = set()
+        repair: dict[str, str] = {}  # uid -> how its status diverged from the ledger
         for a in rest:
             if isinstance(a, ApplyAdmission):
-                # the ledger committed but the Workload never showed it: give the quota back and let the
+                if state.admissions[a.workload_uid].status is not None:
+                    repair[a.workload_uid] = a.why
+                    continue
+                # recorded before the ledger kept the status it wrote: give the quota back and let the
                 # next cycle admit it again (with a fresh plan for the cluster as it is now)
                 with contextlib.suppress(NotAdmitted):
                     await self.ledger.release(
                         a.workload_uid, at=now, reason="Recovered", final_state="pending"
+                    )
+            elif isinstance(a, TransferAdmission):
+                heir = by_uid[a.new_uid]
+                with contextlib.suppress(NotAdmitted):
+                    await self.ledger.transfer_admission(a.workload_uid, self._ledger_workload(heir), at=now)
+                    repair[a.new_uid] = (
+                        f"recreated for the same Job: takes over the admission of Workload {heir.key} "
+                        f"(UID: {a.workload_uid})"
                     )
             elif isinstance(a, RevokeAdmission | EvictAdmission):
                 revoked.add(a.workload_uid)
@@ -230,20 +269,35 @@ class Controller(QueueSync):
                 if wl is not None:
                     await self._record(wl)
         state = await self.ledger.load_state()
-        self._recorded = (set(state.admissions) | set(state.pending)) & self._wl_uids.keys()
-        ctx = self._context()
+        self._recorded = {
+            uid: p.queued_at_ms / 1000 for uid, p in state.pending.items() if uid in self._wl_uids
+        }
+        self._recorded.update(
+            (uid, a.admitted_at_ms / 1000) for uid, a in state.admissions.items() if uid in self._wl_uids
+        )
+        self._to_record = set(self._wl_uids) - set(self._recorded)
         for uid, adm in state.admissions.items():
             wl = by_uid.get(uid)
-            if wl is None or uid in revoked or wl.status.admission is None:
+            ledger_admission = Admission.model_validate(adm.status) if adm.status is not None else None
+            if wl is None:
+                job = jobs.get(adm.owner_uid or "")
+                if job is not None and ledger_admission is not None:
+                    # its Job runs on: held for the Workload the Job gets next (_adopt_orphans)
+                    self._orphans[uid] = Orphan(
+                        uid, f"{adm.namespace}/{adm.name}", job.metadata.uid or "", job.key, ledger_admission
+                    )
+                continue
+            admission = ledger_admission or wl.status.admission
+            if uid in revoked or admission is None:
                 continue
             try:
-                self.admitted[uid] = admitted_workload(
-                    wl,
-                    ctx,
-                    admission_time=_epoch(_cond_time(wl, QUOTA_RESERVED)),
-                    creation_time=_epoch(wl.metadata.creation_timestamp),
+                self.admitted[uid] = self._admitted_from(
+                    wl, admission, _epoch(_cond_time(wl, QUOTA_RESERVED)) or adm.admitted_at_ms / 1000
                 )
-                self.admissions[uid] = wl.status.admission
+                self.admissions[uid] = admission
+                if uid in repair:
+                    await self._repair_admission(wl, admission, repair[uid])
+                    wl = self._workload_by_uid(uid) or wl
                 if wl.status.is_true(EVICTED):
                     self.evicting[uid] = self._evicting_from(wl)  # resume the eviction
                 elif adm.eviction is not None:  # started in the ledger; the status write was lost
@@ -260,9 +314,10 @@ class Controller(QueueSync):
             except FromApiError as e:
                 log.warning("cannot rebuild the admission of %s: %s", wl.key, e)
         log.info(
-            "recovered %d admissions from the ledger (%d being evicted)",
+            "recovered %d admissions from the ledger (%d being evicted, %d statuses repaired)",
             len(self.admitted),
             len(self.evicting),
+            len(repair),
         )
 
     async def sync(self) -> None:
@@ -272,13 +327,18 @@ class Controller(QueueSync):
         self._note_admitted()
         await self._sync_ledger_queues()
         await self._sync_jobs()
+        await self._replace()
         await self._sync_pod_groups()
+        await self._record_seen()
+        await self._adopt_orphans()
         await self._forget_deleted()
         await self._write_pending_status()
+        await self._repair_statuses()
         await self._drive_evictions()
         await self._check_admitted()
         await self._schedule()
         await self._bind()
+        await self._release_in_use()
         await self._queue_status()
         await self._report_invalid_queues()
 

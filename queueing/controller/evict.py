@@ -4,7 +4,8 @@ An eviction goes through these steps, each one durable before the next starts, s
 the middle resumes it:
 
 1. **started** — the victim's Workload gets ``Evicted=True`` (reason ``Preempted``, ``PodsReadyTimeout``,
-   ``NodeLost``, ``DeviceTaintNoExecute``, ``ClusterQueueStopped``, ...; for a preemption also
+   ``NodeLost``, ``DeviceTaintNoExecute``, ``ClusterQueueStopped``, ``InactiveWorkload`` (``spec.active``
+   set to false), ...; for a preemption also
    ``Preempted=True`` with reason ``InClusterQueue`` / ``InCohort...`` and a message naming the
    preemptor) while ``QuotaReserved`` stays True: the ledger still holds the admission, because the
    victim's pods still hold the devices. The controller keeps the victim in its snapshot flagged
@@ -19,8 +20,9 @@ the middle resumes it:
 4. **requeued** — the Workload gets ``QuotaReserved=False``, ``Admitted=False``, ``Requeued=True``:
    pending again at once (as in Kueue, a preemption does not back off), except after a
    ``PodsReadyTimeout``: then ``status.requeueState`` (count, requeueAt: exponential backoff), or
-   ``spec.active=false`` when the backoff limit is reached. A pod group's Workload, deleted with its
-   pods, only loses its finalizer. Only then can the preemptor be admitted, in a later cycle, onto the
+   ``spec.active=false`` when the backoff limit is reached; a deactivated workload (``InactiveWorkload``)
+   gets ``Requeued=False`` and waits until ``spec.active`` is true again (``Requeued=True Reactivated``).
+   A pod group's Workload, deleted with its pods, only loses its finalizer. Only then can the preemptor be admitted, in a later cycle, onto the
    freed devices.
 
 On restart: an admission in the ledger whose Workload says ``Evicted=True`` is resumed at step 2; a
@@ -57,6 +59,13 @@ PREEMPTED = "Preempted"
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 NODE_LOST = "NodeLost"
 DEVICE_TAINTED = "DeviceTaintNoExecute"
+# Kueue's WorkloadEvictedByDeactivation: ``spec.active`` set to false on an admitted workload; it is then
+# not requeued (Requeued=False with this reason) until ``spec.active`` is true again (``Reactivated``)
+INACTIVE_WORKLOAD = "InactiveWorkload"
+REACTIVATED = "Reactivated"
+# the Workload no longer matches its Job (its pod sets changed): evicted, then replaced by a new one
+JOB_CHANGED = "JobChanged"
+DEACTIVATED_MESSAGE = "The workload is deactivated"
 
 _UID = re.compile(r"\(UID: ([^)]+)\)")
 

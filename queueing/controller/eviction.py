@@ -6,6 +6,7 @@ Workloads are watched for lost nodes, NoExecute-tainted devices and the PodsRead
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from queueing.api.core import Pod
@@ -16,6 +17,7 @@ from queueing.api.v1beta1 import (
     ADMITTED,
     EVICTED,
     FINISHED,
+    PODS_READY,
     PREEMPTED,
     QUOTA_RESERVED,
     REQUEUED,
@@ -33,7 +35,6 @@ from queueing.controller.base import (
 from queueing.controller.evict import Evicting
 from queueing.controller.plan import (
     POD_GROUP_LABEL,
-    WORKLOAD_UID_LABEL,
     fmt_time,
     job_finished,
     with_condition,
@@ -49,6 +50,9 @@ from queueing.kube.client import (
 from queueing.kube.writes import is_not_found, retrying
 from queueing.ledger.repository import NotAdmitted
 from queueing.scheduling.requeue import next_requeue
+
+# pods by Workload UID label, and by (namespace, pod group)
+PodIndex = tuple[Callable[[Workload], list[Pod]], dict[tuple[str, str], list[Pod]]]
 
 
 class Eviction(WorkloadSource):
@@ -118,6 +122,8 @@ class Eviction(WorkloadSource):
         await self._stop_pods(out or wl, message)
         fault_point("eviction.after_stop_pods")
         self._wake_at(now + self.eviction_timeout)
+        if not any(self._holders(out or wl, self.admissions[uid])):
+            self.wake()  # nothing to wait for: no event will come, the next sync goes on with it
 
     async def _stop_pods(self, wl: Workload, why: str) -> None:
         """Suspend the Job (its pods are deleted by the Job controller) or delete a pod group's pods."""
@@ -168,18 +174,27 @@ class Eviction(WorkloadSource):
             raise
         self.workloads.observe(raw)
 
-    def _holders(self, wl: Workload, admission: Admission) -> tuple[list[Pod], list[ResourceClaim]]:
-        """The victim's pods that still run and the claims that still hold one of its planned devices."""
-        uid = wl.metadata.uid or ""
-        pods = [p for p in self.pods.list() if p.labels.get(WORKLOAD_UID_LABEL) == uid]
+    def _workload_pods(self, wl: Workload, index: PodIndex | None = None) -> list[Pod]:
+        """The pods of a Workload: its Job's (:meth:`_pods_by_workload`: every pod of the Job, also those
+        of a Workload whose admission this one took over) or its pod group's (``index``:
+        :meth:`_pod_index`, for a pass over many Workloads)."""
+        index = index or self._pod_index()
+        pods = list(index[0](wl))
         group = wl.labels.get(POD_GROUP_LABEL)
         if group and self._job_of(wl) is None:
-            pods += [
-                p
-                for p in self.group_pods.list()
-                if p.labels.get(POD_GROUP_LABEL) == group and p.namespace == wl.namespace
-            ]
-        live = [p for p in pods if not _ended(p)]
+            pods += index[1].get((wl.namespace or "default", group), ())
+        return pods
+
+    def _pod_index(self) -> PodIndex:
+        """The pods of each Workload (:meth:`_pods_by_workload`) and by (namespace, pod group)."""
+        by_group: dict[tuple[str, str], list[Pod]] = {}
+        for p in self.group_pods.list():
+            by_group.setdefault((p.namespace or "default", p.labels.get(POD_GROUP_LABEL) or ""), []).append(p)
+        return self._pods_by_workload(), by_group
+
+    def _holders(self, wl: Workload, admission: Admission) -> tuple[list[Pod], list[ResourceClaim]]:
+        """The victim's pods that still run and the claims that still hold one of its planned devices."""
+        live = [p for p in self._workload_pods(wl) if not _ended(p)]
         planned = ev.planned_devices(admission)
         claims = []
         for c in self.claims.list():
@@ -204,6 +219,7 @@ class Eviction(WorkloadSource):
                 await self._stop_pods(wl, e.message)  # again after a restart or a user's unsuspend
             live_uids = {p.metadata.uid for p in live}
             shared = ev.shared_claims(admission)
+            deallocated: set[str] = set()
             for c in claims:
                 users = [r for r in c.status.reserved_for or [] if r.get("uid") in live_uids]
                 if c.name in shared and not users and not live:
@@ -217,6 +233,9 @@ class Eviction(WorkloadSource):
                         what=f"deallocate ResourceClaim {c.key}",
                     )
                     self.claims.observe(raw)
+                    deallocated.add(c.key)
+            # what it took back is gone now (its write's echo wakes nothing): no waiting for it
+            claims = [c for c in claims if c.key not in deallocated]
             if live or claims:
                 if not e.stuck and now - e.started >= self.eviction_timeout:
                     e.stuck = True
@@ -233,6 +252,7 @@ class Eviction(WorkloadSource):
                     uid, at=now, reason=e.reason, preemptor_uid=e.preemptor_uid, message=e.message
                 )
                 fault_point("eviction.after_ledger")
+            self._recorded[uid] = now  # queued again since the eviction (as the ledger has it)
             self._hold_released(uid)
             self.records.release(uid)  # all but the devices held
             await self._requeue(wl, e)
@@ -245,12 +265,28 @@ class Eviction(WorkloadSource):
             await self._eviction_finalizer(wl, False)
             log.info("evicted %s is being deleted (its pods are gone): not requeued", wl.key)
             return
+        if e.reason == ev.JOB_CHANGED:  # replaced, not requeued: its Job gets a new Workload
+            await self._delete_workload(wl, e.message)
+            return
         now = self.clock()
         gen = wl.metadata.generation
         why = f"evicted ({e.reason}): {e.message}"
         conds = with_condition(wl.status.conditions, QUOTA_RESERVED, "False", e.reason, why, now, gen)
         conds = with_condition(conds, ADMITTED, "False", e.reason, why, now, gen)
+        if wl.status.condition(PODS_READY) is not None:  # its pods are gone with the admission
+            conds = with_condition(conds, PODS_READY, "False", "WaitForStart", "evicted: " + why, now, gen)
         status: dict[str, Any] = {"conditions": conds, "admission": None}
+        if e.reason == ev.INACTIVE_WORKLOAD or wl.spec.active is False:
+            # as in Kueue: a deactivated workload is not requeued until spec.active is true again
+            # (_reactivate); its requeue backoff starts over then
+            msg = ev.DEACTIVATED_MESSAGE
+            status["conditions"] = with_condition(
+                conds, REQUEUED, "False", ev.INACTIVE_WORKLOAD, msg, now, gen
+            )
+            status["reason"] = msg
+            status["requeueState"] = None
+            await self._write_requeue(wl, status, "Deactivated", f"quota released; {msg}")
+            return
         if e.reason != ev.PODS_READY_TIMEOUT:
             # as in Kueue: only a waitForPodsReady timeout backs off (and counts toward the limit);
             # a preempted (or otherwise evicted) workload is pending again at once, requeueState untouched
@@ -301,11 +337,91 @@ class Eviction(WorkloadSource):
         fault_point("eviction.after_requeue")
         await self.events.emit(wl, "Normal", event, message)
 
+    async def _write_pods_ready(self, wl: Workload, ready: bool) -> bool:
+        """The Workload's ``PodsReady`` condition, kept true to its pods (Kueue's reasons): True once
+        all its admitted pods are Ready (or Succeeded); False while they start (``WaitForStart``) or
+        after one of them stopped being Ready (``WaitForRecovery``). Written only when it changes.
+        Returns whether all its pods were Ready once (the condition says so across a restart)."""
+        cur = wl.status.condition(PODS_READY)
+        if ready:
+            want = ("True", "Recovered" if cur is not None and cur.reason == "WaitForRecovery" else "Started")
+            message = "All pods reached readiness and the workload is running"
+        else:
+            was_ready = cur is not None and (cur.status == "True" or cur.reason == "WaitForRecovery")
+            want = ("False", "WaitForRecovery" if was_ready else "WaitForStart")
+            message = "Not all pods are ready or succeeded"
+        if (cur is not None and (cur.status, cur.reason) == want) or (
+            cur is not None and ready and cur.status == "True"
+        ):
+            return want[0] == "True" or want[1] == "WaitForRecovery"
+        conds = with_condition(
+            wl.status.conditions, PODS_READY, want[0], want[1], message, self.clock(), wl.metadata.generation
+        )
+        await self._patch_status(wl, {"conditions": _dump(conds)})
+        return want[0] == "True" or want[1] == "WaitForRecovery"
+
+    async def _replace(self) -> None:
+        """Workloads that no longer match their Job (``_to_replace``) are replaced, as Kueue's
+        jobframework does: deleted (a new one is made for the Job), after an eviction if admitted."""
+        todo, self._to_replace = self._to_replace, {}
+        for key, why in sorted(todo.items()):
+            wl = self.workloads.get_key(key)
+            if wl is None or wl.metadata.deletion_timestamp:
+                continue
+            uid = wl.metadata.uid or ""
+            if uid in self.admitted:
+                if uid not in self.evicting:
+                    await self._start_eviction(wl, ev.JOB_CHANGED, f"{why}: it is replaced")
+                continue
+            await self._delete_workload(wl, why)
+
+    async def _delete_workload(self, wl: Workload, why: str) -> None:
+        """Delete a (not admitted) Workload that no longer matches its Job; its Job gets a new one."""
+        log.info("replacing %s: %s", wl.key, why)
+        await self.events.emit(wl, "Normal", "Replaced", f"{why}: it is deleted and made again")
+        job = self._job_of(wl)
+        if job is not None:
+            await self.events.emit(job, "Normal", "WorkloadReplaced", f"{why}: it is deleted and made again")
+        try:
+            await retrying(
+                lambda: self.kube.delete(
+                    WORKLOADS, wl.name, wl.namespace, preconditions={"uid": wl.metadata.uid or ""}
+                ),
+                what=f"delete Workload {wl.key}",
+            )
+        except Exception as e:
+            if not is_not_found(e):
+                raise
+        self.workloads.forget(wl.name, wl.namespace)
+
+    async def _reactivate(self, keys: list[str]) -> bool:
+        """``spec.active`` true again on a Workload deactivated after an eviction (``InactiveWorkload``, or
+        the requeuing limit's ``Deactivated``): ``Requeued=True Reactivated``, its backoff starts over
+        (as Kueue's workload controller does). True when one was written."""
+        wrote = False
+        for key in keys:
+            wl = self.workloads.get_key(key)
+            if wl is None or wl.spec.active is False or wl.status.is_true(FINISHED):
+                continue
+            c = wl.status.condition(REQUEUED)
+            if c is None or c.status != "False" or c.reason not in (ev.INACTIVE_WORKLOAD, "Deactivated"):
+                continue
+            now = self.clock()
+            msg = "The workload was reactivated"
+            conds = with_condition(
+                wl.status.conditions, REQUEUED, "True", ev.REACTIVATED, msg, now, wl.metadata.generation
+            )
+            await self._patch_status(wl, {"conditions": _dump(conds), "requeueState": None, "reason": None})
+            await self.events.emit(wl, "Normal", ev.REACTIVATED, f"{msg}: it is pending again")
+            wrote = True
+        return wrote
+
     async def _check_admitted(self) -> None:
         """waitForPodsReady and lost placements: evict an admitted Workload whose pods are not all
         Ready within the timeout, whose planned node is gone, or whose planned device is tainted
         NoExecute."""
         wfpr = self.config.wait_for_pods_ready
+        index = self._pod_index() if self.admitted else None
         nodes = {n.name for n in self.nodes.list()}
         tainted = _tainted_devices(self.slices.list())
         now = self.clock()
@@ -315,6 +431,9 @@ class Eviction(WorkloadSource):
             wl = self._workload_by_uid(uid)
             admission = self.admissions.get(uid)
             if wl is None or admission is None or wl.status.is_true(FINISHED):
+                continue
+            if wl.spec.active is False:  # Kueue's stop: evicted, not requeued until reactivated
+                await self._start_eviction(wl, ev.INACTIVE_WORKLOAD, ev.DEACTIVATED_MESSAGE)
                 continue
             gone = sorted(ev.planned_nodes(admission) - nodes)
             if gone and nodes:
@@ -329,13 +448,14 @@ class Eviction(WorkloadSource):
                     wl, ev.DEVICE_TAINTED, f"planned device(s) {names} are tainted with effect NoExecute"
                 )
                 continue
-            if not wfpr.enable or uid in self.pods_ready_seen:
-                continue
             want = sum(psa.count or len(psa.placements or []) for psa in admission.pod_set_assignments)
-            live, _ = self._holders(wl, admission)
-            ready = sum(1 for p in live if _pod_ready(p))
-            if want and ready >= want:
+            pods = [p for p in self._workload_pods(wl, index) if not p.metadata.deletion_timestamp]
+            ready = sum(1 for p in pods if _pod_ready(p))  # Ready, or Succeeded
+            all_ready = bool(want) and ready >= want
+            # waitForPodsReady: the timeout holds until the PodsReady condition was True once
+            if await self._write_pods_ready(wl, all_ready):
                 self.pods_ready_seen.add(uid)
+            if not wfpr.enable or uid in self.pods_ready_seen:
                 continue
             job = self._job_of(wl)
             timeout = ev.pods_ready_timeout(wl, wfpr.timeout, job.annotations if job is not None else None)

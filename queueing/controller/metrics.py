@@ -71,8 +71,10 @@ METRICS: tuple[MetricSpec, ...] = (
         "pending_workloads",
         "gauge",
         ("cluster_queue", "status"),
-        "Workloads waiting in a ClusterQueue: status `active` (will be tried in the next cycles) or "
-        "`inadmissible` (tried, did not fit; waiting for a change that could make them fit).",
+        "Workloads waiting in a ClusterQueue: status `active` (will be tried in the next cycles; a "
+        "preemptor waiting for its victims; in a StrictFIFO queue also one that did not fit) or "
+        "`inadmissible` (tried and did not fit, in requeue backoff, or refused by a missing, stopped "
+        "or inactive queue; waiting for a change that could make them fit), as Kueue counts them.",
         "kueue_pending_workloads",
     ),
     MetricSpec(
@@ -179,7 +181,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "leader_election_master_status",
         "gauge",
         ("name",),
-        "1 while this replica holds the leader Lease `name`, else 0.",
+        "1 while this replica holds the leader Lease `name` (its name, without the namespace, as "
+        "controller-runtime labels it), else 0.",
         "leader_election_master_status (controller-runtime)",
     ),
     MetricSpec(

@@ -33,6 +33,7 @@ __all__ = [
     "QUEUE_LABEL",
     "WORKLOAD_UID_LABEL",
     "DeviceIndex",
+    "admission_json",
     "allocation_for",
     "fmt_time",
     "is_implicit_claim",
@@ -44,6 +45,7 @@ __all__ = [
     "pod_claim_name",
     "quantity",
     "with_condition",
+    "without_nulls",
 ]
 
 QUEUE_LABEL = "queueing.dra.io/queue-name"
@@ -117,6 +119,22 @@ def job_finished(job: Job) -> tuple[bool, bool]:
 
 
 # ---------------------------------------------------------------------------- status.admission
+def without_nulls(v: Any) -> Any:
+    """A body without explicit nulls (models built in code set optional fields to None; the CRD schema
+    rejects null where it is not nullable)."""
+    if isinstance(v, dict):
+        return {k: without_nulls(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [without_nulls(x) for x in v]
+    return v
+
+
+def admission_json(admission: Admission | None) -> dict[str, Any] | None:
+    """``status.admission`` as written (JSON without nulls): what the ledger keeps with the admission
+    and what a Workload's status is compared with."""
+    return None if admission is None else without_nulls(admission.to_dict())
+
+
 def plan_summary(admission: Admission, limit: int = 8) -> str:
     """``main[0] -> node-a (gpu-0, gpu-1); main[1] -> node-b (gpu-0)`` (the first ``limit`` pods)."""
     parts: list[str] = []
@@ -174,7 +192,7 @@ def ledger_request(
     flavors: dict[str, str] = {}
     for a in admission.pod_set_assignments:
         flavors.update(a.flavors or {})
-    return AdmissionRequest(uid, adm.cluster_queue, charges, pods, flavors)
+    return AdmissionRequest(uid, adm.cluster_queue, charges, pods, flavors, admission_json(admission))
 
 
 def ledger_pods(

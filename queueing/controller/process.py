@@ -105,6 +105,8 @@ class ControllerProcess:
             self.dashboard = DashboardServer(ControllerSource(self.controller, ledger))
         self.jobs = PeriodicJobs(config, metrics=self.metrics) if periodic else None
         self.lease = f"{config.lease_namespace}/{config.leader_election.resource_name}"
+        # leader_election_master_status{name=...}: the Lease's name, as controller-runtime labels it
+        self._lease_label = config.leader_election.resource_name
         self.elector: LeaderElector | None = None
         if config.leader_election.leader_elect:
             self.elector = LeaderElector(
@@ -163,7 +165,7 @@ class ControllerProcess:
             run_id = self.run_id
             self.jobs.add_heartbeat(lambda: self.ledger.heartbeat(run_id, at=self.clock()))
             self.jobs.start()
-        self.metrics.set_leader(self.lease, False)
+        self.metrics.set_leader(self._lease_label, False)
         if self.elector is None:
             await self._started_leading()
         else:
@@ -196,7 +198,7 @@ class ControllerProcess:
         log.info("%s leads %s (term %d)", self.identity, self.lease, self.term)
         self._leading = True
         await self._while_ledger_away("recover from the ledger", self.controller.begin_leading)
-        self.metrics.set_leader(self.lease, True)
+        self.metrics.set_leader(self._lease_label, True)
         if self.jobs is not None:
             self.jobs.set_leader(True)
 
@@ -224,7 +226,7 @@ class ControllerProcess:
         self._leading = False
         if self.jobs is not None:
             self.jobs.set_leader(False)
-        self.metrics.set_leader(self.lease, False)
+        self.metrics.set_leader(self._lease_label, False)
         await self.controller.end_leading(graceful=True)
         if was and self.run_id is not None:
             await self.ledger.end_leader_term(self.run_id, lease=self.lease, at=self.clock())

@@ -1,5 +1,6 @@
 """Queue objects: the ledger's copies of the ClusterQueues, LocalQueues and Cohorts, their status
-(at most once per period), and a Warning Event on those the model rejects."""
+(at most once per period), a Warning Event on those the model rejects, and the resource-in-use
+finalizer of those being deleted (controller/in_use.py)."""
 
 from __future__ import annotations
 
@@ -7,24 +8,33 @@ import asyncio
 import functools
 import logging
 import time
+from typing import Any
 
 from queueing.api.v1beta1 import (
     FINISHED,
     QUOTA_RESERVED,
+    RESOURCE_IN_USE_FINALIZER,
+    TERMINATING,
     ClusterQueue,
+    Cohort,
     LocalQueue,
+    ResourceFlavor,
 )
 from queueing.controller.admission import AdmissionExecutor
 from queueing.controller.base import (
     _status_dict,
 )
+from queueing.controller.in_use import ObjectKey, holders_message, used_by
 from queueing.controller.isolation import invalid_cluster_queues, invalid_status, refusal_message
+from queueing.controller.plan import with_condition
 from queueing.controller.queues import queue_statuses
+from queueing.dra.verify import VerifyError
 from queueing.kube.client import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
+    Resource,
 )
-from queueing.kube.writes import describe_error, each, is_invalid, is_not_found
+from queueing.kube.writes import describe_error, each, is_invalid, is_not_found, retrying
 from queueing.ledger.errors import is_data_error
 from queueing.ledger.quota import quota_specs
 from queueing.ledger.state import ClusterQueueSpec as LedgerClusterQueue
@@ -112,6 +122,99 @@ class QueueSync(AdmissionExecutor):
                 await (write() if obj is None else self.quarantine.store(obj, write))
                 self._ledger_cohorts[name] = spec
 
+    async def _hold_all_in_use(self) -> None:
+        """At the start of leading: every queue object the recovered admissions use carries the
+        resource-in-use finalizer (admissions made before it existed, or by an older version)."""
+        used = used_by(self.admitted.values(), self.cluster_queues.list(), self.cohorts.list())
+        for key in sorted(used):
+            await self._hold(key)  # (one being deleted already is left as it is)
+
+    async def _release_in_use(self) -> None:
+        """Queue objects being deleted that carry the resource-in-use finalizer: removed once no admitted
+        workload uses them (the API server then deletes them); until then their status names the
+        workloads that hold them (ClusterQueue, LocalQueue: ``Active=False Terminating``, written with
+        the rest of their status; ResourceFlavor, Cohort: ``Terminating=True ResourceInUse``)."""
+        if self.verify:  # the index kept by deltas against a scan of every queue object
+            scan = {
+                (o.kind or type(o).KIND, o.key)
+                for i in (self.cluster_queues, self.local_queues, self.flavors, self.cohorts)
+                for o in i.list()
+                if o.metadata.deletion_timestamp
+            }
+            kept = {
+                k
+                for k in self._deleting
+                if k[0] in ("ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort")
+            }
+            if kept != scan:
+                raise VerifyError("queue objects being deleted", sorted(kept), sorted(scan), "kept by deltas")
+        used: dict[ObjectKey, list[str]] | None = None
+        terminating: dict[ObjectKey, str] = {}
+        for kind, informer in (
+            ("ClusterQueue", self.cluster_queues),
+            ("LocalQueue", self.local_queues),
+            ("ResourceFlavor", self.flavors),
+            ("Cohort", self.cohorts),
+        ):
+            objs: list[Any] = [
+                o
+                for k in sorted(key for kd, key in self._deleting if kd == kind)
+                if (o := informer.get_key(k)) is not None
+            ]
+            objs += [ref for ref, _ in informer.invalid_objects() if ref.metadata.deletion_timestamp]
+            for obj in objs:
+                if not obj.metadata.deletion_timestamp or RESOURCE_IN_USE_FINALIZER not in (
+                    obj.metadata.finalizers or []
+                ):
+                    continue
+                if used is None:
+                    used = used_by(self.admitted.values(), self.cluster_queues.list(), self.cohorts.list())
+                key: ObjectKey = (kind, obj.key if kind == "LocalQueue" else obj.name)
+                holders = used.get(key)
+                _, res, name, ns = self._queue_object(key)
+                if holders:
+                    msg = holders_message(kind, key[1], holders)
+                    terminating[key] = msg
+                    if kind in ("ResourceFlavor", "Cohort") and isinstance(obj, ResourceFlavor | Cohort):
+                        await self._terminating_condition(obj, res, msg)
+                    continue
+                try:
+                    raw = await retrying(
+                        lambda informer=informer, res=res, name=name, ns=ns: self._finalizers_patch(  # type: ignore[misc]
+                            informer, res, name, ns, add=False
+                        ),
+                        what=f"finalizer of {kind} {key[1]}",
+                    )
+                except Exception as e:
+                    if is_not_found(e):
+                        continue
+                    if not is_invalid(e):
+                        raise
+                    log.warning("%s %s: finalizer not removed: %s", kind, key[1], describe_error(e))
+                    continue
+                log.info("%s %s: no admitted workload uses it any more; its deletion goes on", kind, key[1])
+                informer.observe(raw)
+        self._terminating = terminating
+
+    async def _terminating_condition(self, obj: ResourceFlavor | Cohort, res: Resource, msg: str) -> None:
+        cur = obj.status.conditions or []
+        if any(c.type == TERMINATING and c.status == "True" and c.message == msg for c in cur):
+            return
+        conds = with_condition(cur, TERMINATING, "True", "ResourceInUse", msg, self.clock())
+        try:
+            raw = await self._patch(
+                res,
+                obj.name,
+                {"status": {"conditions": [c.to_dict() for c in conds]}},
+                subresource="status",
+                what=f"status of {obj.kind or type(obj).KIND} {obj.name}",
+            )
+        except Exception as e:
+            if is_not_found(e):
+                return
+            raise
+        (self.flavors if isinstance(obj, ResourceFlavor) else self.cohorts).observe(raw)
+
     async def _queue_status(self) -> None:
         wait = self._queue_status_at + self.queue_status_period - time.monotonic()
         if wait > 0:
@@ -137,6 +240,7 @@ class QueueSync(AdmissionExecutor):
             pending_by_lq,
             self.inactive_cluster_queues,
             self.clock(),
+            self._terminating,
         )
 
         # isolation: a ClusterQueue the model rejects says so in its status (once per message)

@@ -3,7 +3,9 @@
 Per ClusterQueue: ``pendingWorkloads``, ``reservingWorkloads`` and ``admittedWorkloads`` (admission is
 immediate here: both count the workloads holding quota), ``flavorsReservation`` and ``flavorsUsage``
 (per flavor and resource of the spec: total, and what is borrowed beyond the nominal quota) and the
-``Active`` condition. Per LocalQueue the same counts and usage (without borrowing).
+``Active`` condition. Per LocalQueue the same counts and usage (without borrowing), and ``Active``:
+False with reason ``Stopped`` under a ``stopPolicy``, ``ClusterQueueIsInactive`` (the ClusterQueue's
+reason) or ``ClusterQueueDoesNotExist``, as Kueue's LocalQueue says.
 """
 
 from __future__ import annotations
@@ -58,8 +60,12 @@ def queue_statuses(
     pending_by_local_queue: Mapping[str, int],
     inactive: Mapping[str, str],
     now: float,
+    terminating: Mapping[tuple[str, str], str] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """(ClusterQueue name -> status, LocalQueue ``ns/name`` -> status), in the API's wire form."""
+    """(ClusterQueue name -> status, LocalQueue ``ns/name`` -> status), in the API's wire form.
+    ``terminating``: (kind, name) -> the message of a queue object being deleted that admitted
+    workloads hold (``Active=False Terminating``, see controller/in_use.py)."""
+    terminating = terminating or {}
     lq_of = {lq.key: lq for lq in local_queues}
     cq_used: dict[str, dict[tuple[str, str], Fraction]] = {}
     cq_count: dict[str, int] = {}
@@ -93,13 +99,16 @@ def queue_statuses(
         }
         flavors = _flavors(order, cq_used.get(cq.name, {}), nominal)
         why = inactive.get(cq.name)
-        conds = (
-            with_condition(
-                cq.status.conditions, ACTIVE, "False", why.split(":", 1)[0] or "Inactive", why, now
+        held = terminating.get(("ClusterQueue", cq.name))
+        if held:
+            conds = with_condition(cq.status.conditions, ACTIVE, "False", "Terminating", held, now)
+        elif why:
+            reason = why.split(":", 1)[0] or "Inactive"
+            conds = with_condition(cq.status.conditions, ACTIVE, "False", reason, why, now)
+        else:
+            conds = with_condition(
+                cq.status.conditions, ACTIVE, "True", "Ready", "Can admit new workloads", now
             )
-            if why
-            else with_condition(cq.status.conditions, ACTIVE, "True", "Ready", "Can admit new workloads", now)
-        )
         n = cq_count.get(cq.name, 0)
         status = {
             "conditions": [c.to_dict() for c in conds],
@@ -114,7 +123,29 @@ def queue_statuses(
     for lq in local_queues:
         order = cq_order.get(lq.spec.cluster_queue, [])
         flavors = _flavors(order, lq_used.get(lq.key, {}), None)
-        if lq.spec.cluster_queue not in cq_order:
+        cq_why = inactive.get(lq.spec.cluster_queue)
+        held = terminating.get(("LocalQueue", lq.key))
+        if held:
+            conds = with_condition(lq.status.conditions, ACTIVE, "False", "Terminating", held, now)
+        elif lq.spec.stop_policy != "None":  # Kueue's LocalQueue: Active=False Stopped
+            conds = with_condition(
+                lq.status.conditions,
+                ACTIVE,
+                "False",
+                "Stopped",
+                f"LocalQueue is stopped (stopPolicy {lq.spec.stop_policy})",
+                now,
+            )
+        elif cq_why:  # inactive, or rejected by the model (then it is not among cluster_queues)
+            conds = with_condition(
+                lq.status.conditions,
+                ACTIVE,
+                "False",
+                "ClusterQueueIsInactive",
+                f"ClusterQueue {lq.spec.cluster_queue} is inactive: {cq_why}",
+                now,
+            )
+        elif lq.spec.cluster_queue not in cq_order:
             conds = with_condition(
                 lq.status.conditions,
                 ACTIVE,

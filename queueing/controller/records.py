@@ -18,7 +18,7 @@ from queueing.controller.evict import Evicting
 from queueing.dra.binding import BindingDecision
 from queueing.scheduling.snapshot import AdmittedWorkload
 
-__all__ = ["FieldView", "FlagView", "Records", "WorkloadRecord"]
+__all__ = ["FieldView", "FlagView", "Orphan", "Records", "WorkloadRecord"]
 
 V = TypeVar("V")
 
@@ -38,6 +38,18 @@ class WorkloadRecord:
 
     def empty(self) -> bool:
         return all(getattr(self, f.name) in (None, False) for f in fields(self) if f.name != "uid")
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """An admission whose Workload was deleted while its Job runs on: the ledger keeps it open for the
+    Workload the Job gets next, which takes it over (``WorkloadSource._adopt_orphans``)."""
+
+    uid: str  # the deleted Workload
+    key: str  # its namespace/name
+    owner_uid: str  # its Job
+    owner_key: str
+    admission: Admission  # the ledger's plan
 
 
 class Records:

@@ -5,6 +5,7 @@ first) and the Workload is marked Finished; an admission whose Workload is gone 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 from queueing.api.core import Job
@@ -14,6 +15,7 @@ from queueing.api.v1beta1 import (
 )
 from queueing.controller.base import (
     _dump,
+    log,
 )
 from queueing.controller.binding import PlanBinding
 from queueing.controller.plan import (
@@ -24,7 +26,8 @@ from queueing.integrations import BatchJob, PodGroup
 from queueing.kube.writes import each
 from queueing.ledger.models import FINISHED as FINISHED_STATE
 from queueing.ledger.repository import LedgerError, NotAdmitted
-from queueing.scheduling.jobs import WorkloadError
+from queueing.scheduling.from_api import FromApiError
+from queueing.scheduling.jobs import WorkloadError, job_counts
 
 
 class WorkloadSource(PlanBinding):
@@ -54,14 +57,22 @@ class WorkloadSource(PlanBinding):
 
         finished: list[tuple[Workload, bool, Job | None]] = []
         todo: list[Job] = []  # Jobs not finished that need a write (see ``sync``)
+        # Jobs whose deleted Workload's admission waits for the Workload they get next: they run on
+        held = {o.owner_uid for o in self._orphans.values()}
         for job in [j for k in keys if (j := self.jobs.get_key(k)) is not None]:
             if job.metadata.deletion_timestamp:
                 continue
             done, succeeded = BatchJob(job).finished()
             if not done:
                 wl = self._owned_workload(job.metadata.uid or "")
-                if wl is None or (not job.spec.suspend and wl.metadata.uid not in self.admitted):
+                if wl is None or (
+                    not job.spec.suspend
+                    and wl.metadata.uid not in self.admitted
+                    and job.metadata.uid not in held
+                ):
                     todo.append(job)
+                if wl is not None and (why := self._mismatch(job, wl)):
+                    self._to_replace[wl.key] = why  # replaced (evicted first if admitted): _replace
             elif (wl := self._owned_workload(job.metadata.uid or "")) is not None and not wl.status.is_true(
                 FINISHED
             ):
@@ -74,7 +85,11 @@ class WorkloadSource(PlanBinding):
         async def sync(job: Job) -> None:
             wl = self._owned_workload(job.metadata.uid or "")
             uid = wl.metadata.uid if wl is not None else None
-            if not job.spec.suspend and (uid is None or uid not in self.admitted):
+            if (
+                not job.spec.suspend
+                and (uid is None or uid not in self.admitted)
+                and job.metadata.uid not in held
+            ):
                 await self._suspend(job, "not admitted by queueing: suspended until its Workload is admitted")
             if wl is None:
                 try:
@@ -101,6 +116,28 @@ class WorkloadSource(PlanBinding):
                 failed.append(e)
         if failed:
             raise failed[0]
+
+    def _mismatch(self, job: Job, wl: Workload) -> str | None:
+        """Why a Job's Workload no longer matches it (its pod sets' names and counts, as Kueue's
+        jobframework compares them), or None. A Job that makes no valid Workload is left to ``sync``."""
+        if wl.metadata.deletion_timestamp or wl.status.is_true(FINISHED):
+            return None
+        try:
+            count, min_count = job_counts(job)  # cheap: no Workload is built for the comparison
+        except WorkloadError:
+            return None
+
+        have = [(p.name, p.count, p.min_count) for p in wl.spec.pod_sets]
+        should = [("main", count, min_count)]
+        if have == should:
+            return None
+
+        def text(shape: list[tuple[str, int, int | None]]) -> str:
+            return ", ".join(
+                f"{n}: count {c}" + (f" minCount {m}" if m is not None else "") for n, c, m in shape
+            )
+
+        return f"Workload {wl.key} no longer matches Job {job.key} (podSets {text(have)}; the Job: {text(should)})"
 
     async def _sync_pod_groups(self) -> None:
         """A pod group becomes one Workload once all its pods exist; it finishes when they all ended."""
@@ -170,11 +207,63 @@ class WorkloadSource(PlanBinding):
         await self.events.emit(wl, "Normal", "Finished", f"{msg}; quota released")
 
     async def _forget_deleted(self) -> None:
+        """Admissions whose Workload is gone are released (ledger first), except while the Workload's
+        Job runs on: the Workload it gets next takes the admission over (:meth:`_adopt_orphans`)."""
         present = self._wl_uids
-        for uid in [u for u in self.admitted if u not in present]:
+        for uid in [u for u in self.admitted if u not in present] + [
+            u for u in self._orphans if u not in self.admitted
+        ]:
+            o = self._orphans.get(uid)
+            if o is not None and self._job_alive(o.owner_key, o.owner_uid) is not None:
+                continue
+            self._orphans.pop(uid, None)
             with contextlib.suppress(NotAdmitted):
                 await self.ledger.release(
                     uid, at=self.clock(), reason="WorkloadDeleted", final_state="deleted"
                 )
             self._hold_released(uid)
             self.records.release(uid)  # all but the devices held
+
+    async def _adopt_orphans(self) -> None:
+        """A Workload recreated for the Job of a deleted admitted one is the same admission (the ledger
+        still holds it open for that Job): the ledger hands it over, the controller's record moves to
+        the new UID and the new Workload's status is written from the ledger's plan. The Job is
+        neither suspended nor restarted."""
+        for uid, o in sorted(self._orphans.items()):
+            wl = self._owned_workload(o.owner_uid)
+            if (
+                wl is None
+                or wl.metadata.uid in (None, "", uid)
+                or wl.status.is_true(FINISHED)
+                or wl.metadata.deletion_timestamp
+            ):
+                continue
+            new_uid = wl.metadata.uid or ""
+            now = self.clock()
+            try:
+                await self.ledger.transfer_admission(uid, self._ledger_workload(wl), at=now)
+            except NotAdmitted:
+                self._orphans.pop(uid, None)  # released meanwhile: the new Workload queues as any other
+                continue
+            del self._orphans[uid]
+            old = self.records.by_uid.pop(uid, None)
+            self._recorded.pop(uid, None)
+            self._recorded[new_uid] = now
+            try:
+                self.admitted[new_uid] = self._admitted_from(
+                    wl, o.admission, old.admitted.admission_time if old and old.admitted else now
+                )
+            except FromApiError as e:
+                log.warning("cannot rebuild the admission of %s: %s", wl.key, e)
+            self.admissions[new_uid] = o.admission
+            if old is not None and old.pods_ready_seen:
+                self.pods_ready_seen.add(new_uid)
+            if old is not None and old.evicting is not None:
+                self.evicting[new_uid] = dataclasses.replace(old.evicting, uid=new_uid, key=wl.key)
+            self.status_todo.add(new_uid)  # written by _write_pending_status
+            msg = (
+                f"takes over the admission of the deleted Workload {o.key} (UID: {uid}) of Job "
+                f"{o.owner_key}: its Job runs on"
+            )
+            log.info("Workload %s %s", wl.key, msg)
+            await self.events.emit(wl, "Normal", "AdmissionTakenOver", msg)

@@ -62,6 +62,10 @@ def is_not_found(e: BaseException) -> bool:
     return isinstance(e, ApiException) and e.status == 404
 
 
+def is_conflict(e: BaseException) -> bool:
+    return isinstance(e, ApiException) and e.status == 409 and api_reason(e) != "AlreadyExists"
+
+
 def is_invalid(e: BaseException) -> bool:
     """422 Invalid: the API server refuses the write because of the object's own data (e.g. a CRD rule
     on a spec stored before the rule existed, which a status write must still pass)."""

@@ -135,6 +135,8 @@ class Workload(Base):
     cluster_queue: Mapped[str | None] = mapped_column(Name)
     priority: Mapped[int] = mapped_column(Integer)
     requests_json: Mapped[str] = mapped_column(Text)
+    # the UID of the object that owns the workload (its Job), when it has one
+    owner_uid: Mapped[str | None] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16))
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     queued_at_ms: Mapped[int] = mapped_column(BigInteger)
@@ -171,6 +173,8 @@ class Admission(Base):
     admitted_at_ms: Mapped[int] = mapped_column(BigInteger)
     released_at_ms: Mapped[int | None] = mapped_column(BigInteger)
     release_reason: Mapped[str | None] = mapped_column(String(64))
+    # the Workload's status.admission as written (JSON): recovery rewrites a diverged status from it
+    status_json: Mapped[str | None] = mapped_column(Text)
 
 
 class AdmissionCharge(Base):

@@ -372,48 +372,102 @@ class Ledger:
     # ------------------------------------------------------------------ workloads
     async def add_workload(self, spec: WorkloadSpec, *, at: Time) -> bool:
         """Record a workload (pending). Returns False when the UID is already known (no change)."""
-        return (await self.add_workloads([spec], at=at))[0]
+        return bool(await self.add_workloads([spec], at=at))
 
-    async def add_workloads(self, specs: Sequence[WorkloadSpec], *, at: Time) -> list[bool]:
-        """Record several workloads (pending) in ONE transaction, all or none (a constant number of
-        statements per batch). Per spec: False when its UID is already known (no change; a UID twice
-        in the batch is recorded once)."""
-        if not specs:
-            return []
+    async def add_workloads(self, specs: Sequence[WorkloadSpec], *, at: Time) -> list[str]:
+        """Record several workloads (pending) in one transaction; the UIDs already known are left as
+        they are. Each waits since its ``queued_at_ms`` (its Job's creation), else since ``at``.
+        Returns the UIDs recorded now."""
         at_ms = _ms(at)
+        by_uid = {s.uid: s for s in specs}
+        if not by_uid:
+            return []
         async with self.engine.begin() as c:
+            uids = list(by_uid)
             known: set[str] = set()
-            uids = sorted({s.uid for s in specs})
-            for i in range(0, len(uids), 500):  # SQLite's bound-parameter limit
+            for i in range(0, len(uids), 500):  # bounded statements (SQLite's variable limit)
                 chunk = uids[i : i + 500]
                 known.update(
                     (await c.execute(select(m.Workload.uid).where(m.Workload.uid.in_(chunk)))).scalars()
                 )
-            out: list[bool] = []
-            rows: list[dict[str, Any]] = []
-            for spec in specs:
-                if spec.uid in known:
-                    out.append(False)
-                    continue
-                known.add(spec.uid)
-                out.append(True)
-                rows.append(
-                    {
-                        "uid": spec.uid,
-                        "namespace": spec.namespace,
-                        "name": spec.name,
-                        "local_queue": spec.local_queue,
-                        "priority": spec.priority,
-                        "requests_json": json.dumps(spec.requests, sort_keys=True, default=str),
-                        "state": m.PENDING,
-                        "created_at_ms": at_ms,
-                        "queued_at_ms": at_ms,
-                        "updated_at_ms": at_ms,
-                    }
+            rows = [
+                {
+                    "uid": s.uid,
+                    "namespace": s.namespace,
+                    "name": s.name,
+                    "local_queue": s.local_queue,
+                    "priority": s.priority,
+                    "requests_json": json.dumps(s.requests, sort_keys=True, default=str),
+                    "owner_uid": s.owner_uid,
+                    "state": m.PENDING,
+                    "created_at_ms": at_ms,
+                    "queued_at_ms": at_ms if s.queued_at_ms is None else s.queued_at_ms,
+                    "updated_at_ms": at_ms,
+                }
+                for s in by_uid.values()
+                if s.uid not in known
+            ]
+            for i in range(0, len(rows), 500):
+                await c.execute(insert(m.Workload), rows[i : i + 500])
+        return [str(r["uid"]) for r in rows]
+
+    async def transfer_admission(self, old_uid: str, new: WorkloadSpec, *, at: Time) -> int:
+        """The active admission of ``old_uid`` (a Workload deleted while its Job runs) becomes the
+        admission of ``new`` (the Workload recreated for the same Job), in one transaction: quota,
+        plan and journal stay as they are; the old workload is recorded deleted. The new workload
+        takes the old one's wait (``queued_at_ms``). Returns the admission id; raises NotAdmitted
+        when ``old_uid`` holds no active admission, AlreadyAdmitted when ``new`` holds one."""
+        at_ms = _ms(at)
+        async with self.engine.begin() as c:
+            adm = (
+                await c.execute(
+                    select(m.Admission)
+                    .where(m.Admission.workload_uid == old_uid, m.Admission.released_at_ms.is_(None))
+                    .with_for_update()
                 )
-            if rows:
-                await c.execute(insert(m.Workload), rows)
-        return out
+            ).first()
+            if adm is None:
+                raise NotAdmitted(f"workload {old_uid} has no active admission to hand over")
+            old = (await c.execute(select(m.Workload).where(m.Workload.uid == old_uid))).one()
+            cur = (await c.execute(select(m.Workload).where(m.Workload.uid == new.uid))).first()
+            if cur is not None and cur.state == m.ADMITTED:
+                raise AlreadyAdmitted(f"workload {new.namespace}/{new.name} ({new.uid}) is already admitted")
+            values = {
+                "namespace": new.namespace,
+                "name": new.name,
+                "local_queue": old.local_queue,
+                "cluster_queue": adm.cluster_queue,
+                "priority": new.priority,
+                "requests_json": json.dumps(new.requests, sort_keys=True, default=str),
+                "owner_uid": new.owner_uid,
+                "state": m.ADMITTED,
+                "queued_at_ms": old.queued_at_ms,
+                "admitted_at_ms": old.admitted_at_ms,
+                "updated_at_ms": at_ms,
+            }
+            if cur is None:
+                await c.execute(insert(m.Workload).values(uid=new.uid, created_at_ms=at_ms, **values))
+            else:
+                await c.execute(update(m.Workload).where(m.Workload.uid == new.uid).values(**values))
+            attempts = (
+                await c.execute(select(func.count()).where(m.Admission.workload_uid == new.uid))
+            ).scalar_one()
+            await c.execute(
+                update(m.Admission)
+                .where(m.Admission.id == adm.id)
+                .values(workload_uid=new.uid, attempt=int(attempts) + 1)
+            )
+            await c.execute(
+                update(m.EvictionStart)
+                .where(m.EvictionStart.admission_id == adm.id)
+                .values(workload_uid=new.uid)
+            )
+            await c.execute(
+                update(m.Workload)
+                .where(m.Workload.uid == old_uid)
+                .values(state=m.DELETED, cluster_queue=None, finished_at_ms=at_ms, updated_at_ms=at_ms)
+            )
+            return int(adm.id)
 
     async def forget_workload(self, uid: str, *, at: Time) -> None:
         """Mark a pending workload deleted (releases first if it is admitted)."""
@@ -571,6 +625,7 @@ class Ledger:
                 "namespace": wls[req.workload_uid].namespace,
                 "local_queue": wls[req.workload_uid].local_queue,
                 "flavors_json": json.dumps(dict(req.flavors), sort_keys=True),
+                "status_json": json.dumps(req.status, sort_keys=True) if req.status is not None else None,
                 "queued_at_ms": wls[req.workload_uid].queued_at_ms,
                 "admitted_at_ms": at_ms,
             }
@@ -782,11 +837,14 @@ class Ledger:
             )
         ).scalar_one_or_none()
 
-    async def rebind(self, uid: str, pods: Sequence[PodPlan]) -> bool:
+    async def rebind(
+        self, uid: str, pods: Sequence[PodPlan], status: Mapping[str, Any] | None = None
+    ) -> bool:
         """Record the node and devices the pods of ``uid``'s active admission actually got (when
         kube-scheduler allocated other devices than planned): the plan rows of those pods are
-        replaced; charges and the journal stay (the same number of devices of the same classes).
-        False when the workload has no active admission."""
+        replaced (and the Workload's ``status.admission`` kept with it, when given); charges and the
+        journal stay (the same number of devices of the same classes). False when the workload has
+        no active admission."""
         async with self.engine.begin() as c:
             aid = (
                 await c.execute(
@@ -797,6 +855,12 @@ class Ledger:
             ).scalar_one_or_none()
             if aid is None:
                 return False
+            if status is not None:
+                await c.execute(
+                    update(m.Admission)
+                    .where(m.Admission.id == aid)
+                    .values(status_json=json.dumps(status, sort_keys=True))
+                )
             for p in pods:
                 await c.execute(
                     update(m.AdmissionPod)
@@ -1043,7 +1107,7 @@ class Ledger:
             }
             rows = (
                 await c.execute(
-                    select(m.Admission, m.Workload.name)
+                    select(m.Admission, m.Workload.name, m.Workload.owner_uid)
                     .join(m.Workload, m.Workload.uid == m.Admission.workload_uid)
                     .where(m.Admission.released_at_ms.is_(None))
                 )
@@ -1080,6 +1144,8 @@ class Ledger:
                     charges=tuple(charges.get(r.id, ())),
                     pods=pods.get(r.id, ()),
                     eviction=evictions.get(r.id),
+                    status=json.loads(r.status_json) if r.status_json else None,
+                    owner_uid=r.owner_uid,
                 )
                 for r in rows
             }

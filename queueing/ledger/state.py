@@ -56,6 +56,9 @@ class WorkloadSpec:
     local_queue: str
     priority: int = 0
     requests: Mapping[str, Any] = field(default_factory=dict)  # JSON-compatible (pod sets, counts, ...)
+    owner_uid: str | None = None  # the object that owns it (its Job)
+    # since when it waits (epoch ms): its Job's creation; None = the time it is recorded
+    queued_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class AdmissionRequest:
     charges: tuple[Charge, ...]
     pods: tuple[PodPlan, ...] = ()
     flavors: Mapping[str, str] = field(default_factory=dict)  # resource -> flavor (as in Workload status)
+    status: Mapping[str, Any] | None = None  # the Workload's status.admission as written (JSON)
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,9 @@ class ActiveAdmission:
     charges: tuple[Charge, ...]
     pods: tuple[PodPlan, ...]
     eviction: EvictionStarted | None = None  # being evicted: started, not yet released
+    # the Workload's status.admission as the admission wrote it (None: recorded before revision 0005)
+    status: Mapping[str, Any] | None = None
+    owner_uid: str | None = None  # the object owning the workload (its Job)
 
     @property
     def nodes(self) -> frozenset[str]:

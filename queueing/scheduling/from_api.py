@@ -231,6 +231,7 @@ def local_queue_spec(lq: LocalQueue) -> LocalQueueSpec:
         cluster_queue=lq.spec.cluster_queue,
         fair_weight=_weight(lq.spec.fair_sharing),
         stop_policy=lq.spec.stop_policy,
+        terminating=bool(lq.metadata.deletion_timestamp),
     )
 
 
@@ -457,6 +458,16 @@ def workload_info(
         active=wl.spec.active,
         placement_request=DraRequest(tuple(dps)),
     )
+
+
+def queued_since(wl: Workload, owner_created: str | None = None) -> str | None:
+    """Since when the Workload waits (RFC 3339), the one definition the ledger's ``queued_at``,
+    ``queueing explain`` and the wait-time metrics use: its last requeue after an eviction (the
+    ``Requeued`` condition turning True), else its owner's (the Job's) creation, else its own."""
+    c = wl.status.condition("Requeued")
+    if c is not None and c.status == "True" and c.last_transition_time:
+        return c.last_transition_time
+    return owner_created or wl.metadata.creation_timestamp
 
 
 # ------------------------------------------------------------------------------------ admissions

@@ -112,30 +112,7 @@ def workload_for_job(
     queue, _ = job_label(job.labels, QUEUE_NAME_LABEL, accept_kueue_labels)  # acceptKueueLabels
     if not queue:
         return None
-    count = job.spec.parallelism if job.spec.parallelism is not None else 1
-    original = job.annotations.get(ORIGINAL_PARALLELISM_ANNOTATION, "")
-    if original.isdigit():
-        count = int(original)
-    if count < 0:
-        raise WorkloadError(f"{ref}: spec.parallelism: must be >= 0, got {count}")
-    if job.spec.completions is not None and 0 <= job.spec.completions < count:
-        count = job.spec.completions
-    min_count: int | None = None
-    raw = job.annotations.get(MIN_PARALLELISM_ANNOTATION)
-    if raw is not None:
-        try:
-            min_count = int(raw)
-        except ValueError:
-            raise WorkloadError(
-                f"{ref}: metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]: not an integer: {raw!r}"
-            ) from None
-        if not 1 <= min_count <= max(count, 1):
-            raise WorkloadError(
-                f"{ref}: metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]: must be between 1 and "
-                f"parallelism ({count}), got {min_count}"
-            )
-        if min_count >= count:
-            min_count = None
+    count, min_count = job_counts(job)
     prio, pref = job_priority(
         ref,
         job.labels,
@@ -172,6 +149,38 @@ def workload_for_job(
         ),
         spec=spec,
     )
+
+
+def job_counts(job: Job) -> tuple[int, int | None]:
+    """(count, minCount) of a Job's pod set: its parallelism (as before a partial admission lowered
+    it), at most its completions; minCount from the min-parallelism annotation. Raises
+    :class:`WorkloadError` naming the field for bad values."""
+    ref = f"Job {job.key}"
+    count = job.spec.parallelism if job.spec.parallelism is not None else 1
+    original = job.annotations.get(ORIGINAL_PARALLELISM_ANNOTATION, "")
+    if original.isdigit():
+        count = int(original)
+    if count < 0:
+        raise WorkloadError(f"{ref}: spec.parallelism: must be >= 0, got {count}")
+    if job.spec.completions is not None and 0 <= job.spec.completions < count:
+        count = job.spec.completions
+    min_count: int | None = None
+    raw = job.annotations.get(MIN_PARALLELISM_ANNOTATION)
+    if raw is not None:
+        try:
+            min_count = int(raw)
+        except ValueError:
+            raise WorkloadError(
+                f"{ref}: metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]: not an integer: {raw!r}"
+            ) from None
+        if not 1 <= min_count <= max(count, 1):
+            raise WorkloadError(
+                f"{ref}: metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]: must be between 1 and "
+                f"parallelism ({count}), got {min_count}"
+            )
+        if min_count >= count:
+            min_count = None
+    return count, min_count
 
 
 def _shape(pod: Pod) -> str:

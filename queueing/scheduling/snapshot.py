@@ -225,6 +225,7 @@ class LocalQueueSpec:
     cluster_queue: str
     fair_weight: Fraction = Fraction(1)
     stop_policy: StopPolicy = "None"
+    terminating: bool = False  # being deleted (its finalizer waits for its admitted workloads)
 
     @property
     def key(self) -> str:

@@ -137,7 +137,7 @@ def test_names_scope_and_subresources() -> None:
         "ClusterQueue": ("clusterqueues", "Cluster", ["cq"], True),
         "LocalQueue": ("localqueues", "Namespaced", ["queue", "queues", "lq"], True),
         "Workload": ("workloads", "Namespaced", ["wl"], True),
-        "ResourceFlavor": ("resourceflavors", "Cluster", ["flavor", "flavors", "rf"], False),
+        "ResourceFlavor": ("resourceflavors", "Cluster", ["flavor", "flavors", "rf"], True),
         "WorkloadPriorityClass": ("workloadpriorityclasses", "Cluster", ["wpc"], False),
         "Cohort": ("cohorts", "Cluster", None, True),
         "Topology": ("topologies", "Cluster", None, False),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator, run_emulator
 from queueing.testing.cluster import StandIns
 from queueing.testing.rbac import RbacAuthorizer
+from tests.controller.rbac_seen import RBAC_SEEN
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"
@@ -180,13 +182,10 @@ def job(
     }
 
 
-# What the controller's service account was granted and what it used, over every end-to-end test of
-# this session (tests/controller/test_zz_rbac_coverage.py reads it after the other tests ran).
-RBAC_SEEN: dict[str, set[Any]] = {"granted": set(), "used": set(), "tests": set()}
-
-
-@pytest.fixture
-async def emu(request: pytest.FixtureRequest) -> AsyncIterator[Emulator]:
+@asynccontextmanager
+async def emulated_cluster(test_id: str) -> AsyncIterator[Emulator]:
+    """The emulator with the CRDs, deploy/'s admission policy and RBAC rules and ``cluster_objects()``;
+    what the controller was granted and used goes to ``RBAC_SEEN`` when it ends."""
     async with run_emulator(crds_dir=CRDS, bookmark_interval=None) as e:
         e.tokens[CONTROLLER_TOKEN] = CONTROLLER_USER
         # the real MutatingAdmissionPolicy of deploy/ suspends queued Jobs (run by the emulator)
@@ -198,7 +197,13 @@ async def emu(request: pytest.FixtureRequest) -> AsyncIterator[Emulator]:
         yield e
         RBAC_SEEN["granted"].update(authorizer.granted(CONTROLLER_USER))
         RBAC_SEEN["used"].update((g.role, g.rule, g.api_group, g.resource, g.verb) for g in authorizer.used)
-        RBAC_SEEN["tests"].add(request.node.nodeid)
+        RBAC_SEEN["tests"].add(test_id)
+
+
+@pytest.fixture
+async def emu(request: pytest.FixtureRequest) -> AsyncIterator[Emulator]:
+    async with emulated_cluster(request.node.nodeid) as e:
+        yield e
 
 
 @pytest.fixture

@@ -157,9 +157,20 @@ async def test_team_b_is_admitted_while_team_a_borrows_the_cohorts_gpu(
             "ledger" in (c.get("message") or "") for c in (wl or {}).get("status", {}).get("conditions", [])
         )
 
-    # the Cohort object is deleted: the ledger holds ml-research as an implicit cohort (no own quota);
-    # a stale spec written while the controller is down is put right at its start
-    emu.store.delete(emu.store.resource("cohorts", "queueing.dra.io"), None, "ml-research")
+    # the Cohort object is deleted: it waits (resource-in-use) while team-b's workloads use it, then the
+    # ledger holds ml-research as an implicit cohort (no own quota); a stale spec written while the
+    # controller is down is put right at its start
+    cohorts = emu.store.resource("cohorts", "queueing.dra.io")
+    emu.store.delete(cohorts, None, "ml-research")
+
+    def terminating() -> bool:
+        obj = emu.store.get(cohorts, None, "ml-research")
+        c = next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == "Terminating"), {})
+        return bool(obj["metadata"].get("deletionTimestamp")) and "team-b/job-pair" in c.get("message", "")
+
+    await eventually(terminating, "the Cohort in use waits, naming its workloads")
+    for name in ("pair", "triple"):
+        assert cluster.finish_pods("team-b", name) == 1
     await ledger_eventually(
         ledger, lambda c: c.get("ml-research") == CohortSpec("ml-research"), "cohort implicit"
     )

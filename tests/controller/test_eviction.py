@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from queueing.config import Config
-from queueing.kube.client import JOBS, KubeClient
+from queueing.kube.client import JOBS, WORKLOADS, KubeClient
 from queueing.ledger import models as m
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
@@ -335,3 +335,59 @@ async def test_partial_admission_parallelism_restored_when_evicted(
     assert part["metadata"]["annotations"]["queueing.dra.io/original-parallelism"] == "4"
     assert not cluster.errors
     assert not emu.authorizer.denied  # type: ignore[union-attr]
+
+
+def bare_workload(name: str, priority: int | None = None, template: str | None = "gpu-4") -> dict[str, Any]:
+    """A Workload created directly (no Job, no pods: nothing will ever run it); ``template``: the
+    ResourceClaimTemplate of its one pod (None: it asks for no devices)."""
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
+    if template:
+        pod["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+        pod["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+    spec: dict[str, Any] = {
+        "queueName": "lq",
+        "podSets": [{"name": "main", "count": 1, "template": {"spec": pod}}],
+    }
+    if priority is not None:
+        spec["priority"] = priority
+    return {
+        "apiVersion": "queueing.dra.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+
+
+async def test_eviction_of_a_victim_without_pods_completes_on_its_own_events(
+    emu: Emulator, admin: KubeClient, ledger: Ledger, config: Config
+) -> None:
+    """A victim with nothing to wait for (a Workload without a Job: it never had pods) is released and
+    requeued at once: no periodic sync (this harness runs none; the eviction timeout's and the queue
+    status throttle's wake-ups are an hour away) and no other event is needed. The clock is real."""
+    cq = emu.store.get(emu.store.resource("clusterqueues", "queueing.dra.io"), None, "team")
+    cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    emu.store.update(emu.store.resource("clusterqueues", "queueing.dra.io"), None, "team", cq)
+    h = Harness(emu, ledger, config, eviction_timeout=3600.0, queue_status_period=3600.0)
+    try:
+        await h.start()
+        await admin.create(WORKLOADS, bare_workload("low", 10))
+        await admin.create(WORKLOADS, bare_workload("mid", 20))
+        await eventually(
+            lambda: is_true(workload(emu, "low"), "Admitted") and is_true(workload(emu, "mid"), "Admitted"),
+            "low and mid admitted",
+        )
+        await admin.create(WORKLOADS, bare_workload("high", 100))
+        await eventually(lambda: is_true(workload(emu, "low"), "Evicted"), "low is evicted")
+        # released, requeued, and the preemptor admitted: within a couple of seconds of the eviction
+        await eventually(
+            lambda: is_true(workload(emu, "low"), "Requeued") and is_true(workload(emu, "high"), "Admitted"),
+            "low requeued and high admitted without a periodic sync",
+            timeout=3.0,
+        )
+        assert not is_true(workload(emu, "low"), "QuotaReserved")
+        assert (await ledger.load_state()).admissions.keys() == {
+            workload(emu, "mid")["metadata"]["uid"],  # type: ignore[index]
+            workload(emu, "high")["metadata"]["uid"],  # type: ignore[index]
+        }
+    finally:
+        await h.stop()

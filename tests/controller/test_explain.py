@@ -12,7 +12,7 @@ from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from queueing.testing.cluster import StandIns
 from tests.controller.conftest import Harness, eventually, job
-from tests.controller.test_admission import cond, running, workload
+from tests.controller.test_admission import cond, get, running, workload
 from tests.controller.test_eviction import explain
 
 
@@ -62,7 +62,11 @@ async def test_explain_never_admitted_inadmissible_and_deactivated(
         "(by priority, then creation time; fair sharing can reorder)"
     ) in text
     assert "ahead of it: default/job-w3" in text  # the higher priority goes first
-    assert "the ledger does not know this workload (never admitted by the controller)" in text
+    # the wait is from the Job's creation: the ledger recorded the workload when the controller saw it
+    created = get(emu, "jobs", "w1", "batch")["metadata"]["creationTimestamp"]  # type: ignore[index]
+    since = created.replace("T", " ").rstrip("Z")
+    assert f"Waiting:   since {since}, never admitted" in text
+    assert f"never admitted; queued since {since}" in text
 
     # inadmissible: its LocalQueue does not exist
     out = await explain(emu, tmp_path, "default/lost")

@@ -42,16 +42,23 @@ async def test_kubectl_get_and_describe_workloads(
     await eventually(lambda: (c := cond(workload(emu, "job-huge"), "QuotaReserved")) and c["status"] == "False",
                      "huge is pending")  # fmt: skip
 
+    why = "insufficient unused quota for gpu.example.com in flavor default, 4 more needed"
     out = await kubectl(emu, tmp_path, "get", "workloads")
     header, *rows = out.strip().splitlines()
-    for col in ("NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "DEVICES", "REASON", "AGE"):
-        assert col in header, header
+    # the REASON column (up to 300+ characters) is only in -o wide (printer column priority 1)
+    assert header.split() == ["NAME", "QUEUE", "RESERVED", "IN", "ADMITTED", "FINISHED", "DEVICES", "AGE"]
     train = next(r for r in rows if r.startswith("job-train "))
-    # columns: name, queue, reserved in, admitted, (finished: empty), devices, (reason: empty), age
+    # columns: name, queue, reserved in, admitted, (finished: empty), devices, age
     assert train.split()[:5] == ["job-train", "lq", "team", "True", "4"], train
     huge = next(r for r in rows if r.startswith("job-huge "))
-    assert huge.split()[1] == "lq"
-    assert "insufficient unused quota for gpu.example.com in flavor default, 4 more needed" in huge, huge
+    assert huge.split()[1] == "lq" and why not in huge, huge
+    out = await kubectl(emu, tmp_path, "get", "workloads", "-o", "wide")
+    header, *rows = out.strip().splitlines()
+    assert header.split() == [
+        "NAME", "QUEUE", "RESERVED", "IN", "ADMITTED", "FINISHED", "DEVICES", "REASON", "AGE"
+    ]  # fmt: skip
+    huge = next(r for r in rows if r.startswith("job-huge "))
+    assert why in huge, huge
 
     text = await kubectl(emu, tmp_path, "describe", "workload", "job-train")
     for needle in ("Conditions:", "QuotaReserved", "Admitted", "Admission:", "Cluster Queue:", "team",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from queueing.config import Config
-from queueing.kube.client import JOBS, KubeClient
+from queueing.kube.client import JOBS, PODS, KubeClient
 from queueing.ledger.repository import Ledger
 from queueing.testing import Emulator
 from queueing.testing.cluster import StandIns
@@ -182,4 +182,68 @@ async def test_preemption_requeues_at_once_and_keeps_the_pods_ready_backoff_coun
     cluster.finish_pods("default", "high")
     await eventually(lambda: running(emu, "low", 1), "low runs again at once")
     assert requeue_count(emu, "job-low") == 1
+    assert not cluster.errors
+
+
+async def set_pod_ready(admin: KubeClient, pod: dict[str, Any], ready: bool) -> None:
+    """What a kubelet writes when a pod's readiness probe fails or passes again."""
+    conds = [c for c in pod["status"].get("conditions") or [] if c["type"] != "Ready"]
+    conds.append(
+        {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    )
+    await admin.patch(
+        PODS,
+        pod["metadata"]["name"],
+        {"status": {"conditions": conds}},
+        pod["metadata"]["namespace"],
+        subresource="status",
+    )
+
+
+async def test_pods_ready_condition_follows_the_pods_and_holds_the_timeout_across_a_restart(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns, clock: ManualTime
+) -> None:
+    """PodsReady (Kueue's reasons): False WaitForStart until the pods are Ready, True Started, False
+    WaitForRecovery when one stops being Ready, True Recovered when it is again; False once evicted.
+    waitForPodsReady reads it: a workload whose pods were Ready once is not evicted by the timeout,
+    across a controller restart too."""
+    cluster.not_ready_jobs.add("slow")
+    ctl = await harness.start()
+    await admin.create(JOBS, job("slow", template="gpu-1"))
+    await admin.create(JOBS, job("fine", template="gpu-1"))
+    (pod,) = await eventually(lambda: running(emu, "fine", 1), "fine runs")
+
+    def pods_ready(name: str) -> tuple[str, str] | None:
+        c = cond(workload(emu, name), "PodsReady")
+        return (c["status"], c["reason"]) if c else None
+
+    await eventually(lambda: pods_ready("job-fine") == ("True", "Started"), "fine: PodsReady True")
+    await eventually(lambda: bound(emu, "slow"), "slow's pod is bound")
+    await eventually(lambda: pods_ready("job-slow") == ("False", "WaitForStart"), "slow: waiting for its pod")
+    assert cond(workload(emu, "job-fine"), "PodsReady")["message"] == (  # type: ignore[index]
+        "All pods reached readiness and the workload is running"
+    )
+
+    await set_pod_ready(admin, get(emu, "pods", pod["metadata"]["name"]), False)  # type: ignore[arg-type]
+    await eventually(lambda: pods_ready("job-fine") == ("False", "WaitForRecovery"), "fine lost readiness")
+    await harness.stop()  # a restart forgets nothing the condition says
+    ctl = await harness.start()
+    clock.advance(TIMEOUT + 1)
+    ctl.synced.clear()
+    ctl.wake()
+    await asyncio.wait_for(ctl.synced.wait(), 20)
+    # slow never was Ready: evicted at its timeout; fine was Ready once: not evicted
+    await eventually(lambda: is_true(workload(emu, "job-slow"), "Evicted"), "slow evicted")
+    await eventually(lambda: is_true(workload(emu, "job-slow"), "Requeued"), "slow requeued")
+    assert pods_ready("job-slow") == ("False", "WaitForStart")
+    assert "evicted (PodsReadyTimeout)" in cond(workload(emu, "job-slow"), "PodsReady")["message"]  # type: ignore[index]
+    assert is_true(workload(emu, "job-fine"), "Admitted") and not is_true(
+        workload(emu, "job-fine"), "Evicted"
+    )
+    await set_pod_ready(admin, get(emu, "pods", pod["metadata"]["name"]), True)  # type: ignore[arg-type]
+    await eventually(lambda: pods_ready("job-fine") == ("True", "Recovered"), "fine recovered")
     assert not cluster.errors

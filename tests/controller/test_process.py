@@ -171,7 +171,11 @@ async def test_metrics_endpoint_shows_counters_moving_and_probes(
         deadline = time.monotonic() + 20
         while True:  # the gauges follow the next sync: scrape until they show the waiting Job
             text = await scrape()
-            if sample(text, "queueing_pending_workloads", cluster_queue="team", status="active") == 1.0:
+            # tried and not fitting: inadmissible, as Kueue counts it, until something changes
+            if (
+                sample(text, "queueing_pending_workloads", cluster_queue="team", status="inadmissible") == 1.0
+                and (sample(text, "queueing_admission_attempts_total", result="inadmissible") or 0) >= 1
+            ):  # (and a later cycle that admitted nothing)
                 break
             assert time.monotonic() < deadline, "the pending gauge never showed the waiting Job"
             proc.controller.synced.clear()
@@ -181,7 +185,8 @@ async def test_metrics_endpoint_shows_counters_moving_and_probes(
         assert sample(text, "queueing_quota_reserved_workloads_total", cluster_queue="team") == 2.0
         assert (sample(text, "queueing_admission_attempts_total", result="success") or 0) >= 1
         assert (sample(text, "queueing_admission_attempts_total", result="inadmissible") or 0) >= 1
-        assert sample(text, "queueing_pending_workloads", cluster_queue="team", status="active") == 1.0
+        assert sample(text, "queueing_pending_workloads", cluster_queue="team", status="inadmissible") == 1.0
+        assert sample(text, "queueing_pending_workloads", cluster_queue="team", status="active") == 0.0
         assert sample(text, "queueing_admitted_active_workloads", cluster_queue="team") == 2.0
         assert (
             sample(text, "queueing_cluster_queue_resource_usage", cluster_queue="team", flavor="default",
@@ -198,7 +203,7 @@ async def test_metrics_endpoint_shows_counters_moving_and_probes(
     out = await explain(emu, tmp_path, "default/job-m3")
     assert out.returncode == 0, out.stderr
     assert "State:     Pending — Pending: insufficient unused quota for gpu.example.com" in out.stdout
-    assert "the ledger does not know this workload (never admitted by the controller)" in out.stdout
+    assert "never admitted; queued since" in out.stdout  # recorded when the controller saw it
     await proc.stop()  # graceful: the Lease is released at once
     lease = await admin.get(LEASES, "queueing-controller", "queueing-system")
     assert not lease["spec"].get("holderIdentity")

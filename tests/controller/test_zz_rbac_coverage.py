@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import RBAC_SEEN
+from tests.controller.rbac_seen import RBAC_SEEN
 
 # Granted on purpose although no end-to-end test exercises them yet, each with its reason.
 NOT_YET_EXERCISED: dict[tuple[str, str, str], str] = {

@@ -157,19 +157,17 @@ def test_pod_disruption_budget_keeps_one_replica() -> None:
 
 # What the controller does, per issues 5 and 6 (cluster-wide), as (group, resource) -> verbs.
 EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
+    **{("queueing.dra.io", r): {"list", "watch"} for r in ("topologies", "workloadpriorityclasses")},
+    # the resource-in-use finalizer
     **{
-        ("queueing.dra.io", r): {"list", "watch"}
-        for r in (
-            "clusterqueues",
-            "cohorts",
-            "localqueues",
-            "resourceflavors",
-            "topologies",
-            "workloadpriorityclasses",
-        )
+        ("queueing.dra.io", r): {"list", "watch", "patch"}
+        for r in ("clusterqueues", "cohorts", "localqueues", "resourceflavors")
     },
-    ("queueing.dra.io", "workloads"): {"get", "list", "watch", "create", "patch"},
-    **{("queueing.dra.io", f"{r}/status"): {"patch"} for r in ("clusterqueues", "localqueues", "workloads")},
+    ("queueing.dra.io", "workloads"): {"get", "list", "watch", "create", "patch", "delete"},
+    **{
+        ("queueing.dra.io", f"{r}/status"): {"patch"}
+        for r in ("clusterqueues", "localqueues", "workloads", "resourceflavors", "cohorts")
+    },
     ("batch", "jobs"): {"list", "watch", "patch"},
     ("", "pods"): {"list", "watch", "patch", "delete"},
     ("resource.k8s.io", "resourceclaims"): {"list", "watch"},

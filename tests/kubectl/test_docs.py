@@ -87,13 +87,14 @@ async def test_kubectl_md(
     assert {r["NAME"] for r in rows} == {"team", "team-a"} and "COHORT" in rows[0], rows
     rows = table(out["kubectl queueing list localqueues -A"])
     assert {(r["NAMESPACE"], r["NAME"]) for r in rows} == {("default", "lq"), ("default", "qa")}, rows
-    rows = table(out["kubectl queueing list workloads --clusterqueue team-a"])
+    rows = table(out["kubectl queueing list workloads --clusterqueue team-a -o wide"])
     # as the page shows: train admitted, then sweep (higher priority) and eval, in that order
     assert [(r["NAME"], r["POSITION"]) for r in rows] == [
         ("job-train", ""),
         ("job-sweep", "0"),
         ("job-eval", "1"),
     ]
+    assert all("insufficient unused quota" in r["REASON"] for r in rows[1:]), rows  # -o wide only
     raw = next(v for k, v in out.items() if "localqueues/qa/pendingworkloads?limit=1&offset=1" in k)
     (item,) = yaml.safe_load(raw)["items"]
     assert (item["metadata"]["name"], item["positionInClusterQueue"], item["positionInLocalQueue"]) == (

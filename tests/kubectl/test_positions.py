@@ -5,6 +5,8 @@ ClusterQueue team-a (4 GPUs) is full with four running 1-GPU Jobs; five more wai
 and in two LocalQueues. Both views are read (the visibility API through `kubectl get --raw`, proxied
 by the emulator's aggregation layer to the controller; the plugin through real kubectl), then
 capacity is freed one GPU at a time and each freed GPU must go to the workload that was at position 0.
+At every step the command as written (no ``--status``: the admitted rows first, without a position)
+shows the positions the visibility API reads at that step, and the expected order.
 """
 
 from __future__ import annotations
@@ -104,16 +106,22 @@ async def test_positions_match_the_visibility_api_and_the_admission_order(
     assert raw["items"][0]["metadata"]["ownerReferences"][0]["kind"] == "Job"
 
     while expected:
-        # the plugin, found by real kubectl on PATH: pending rows in admission order, the same positions
-        text = await kubectl.out(
-            "queueing", "list", "workloads", "--clusterqueue", "team-a", "--status", "pending"
-        )
-        rows = table(text)
-        assert [(r["NAME"], r["POSITION"]) for r in rows] == [(n, str(i)) for i, n in enumerate(expected)], (
-            rows
-        )
+        # the acceptance command as written (no --status): every workload of team-a, the admitted ones
+        # first without a position, then the pending ones in admission order with their position ...
+        rows = table(await kubectl.out("queueing", "list", "workloads", "--clusterqueue", "team-a"))
         assert {r["CLUSTERQUEUE"] for r in rows} == {"team-a"}
-        # free one GPU: the workload at position 0 gets it, and only that one
+        positioned = [(r["NAME"], r["POSITION"]) for r in rows if r["POSITION"]]
+        assert positioned == [(n, str(i)) for i, n in enumerate(expected)], rows
+        assert [r["NAME"] for r in rows[-len(expected) :]] == expected, rows
+        assert all(not pending(emu, r["NAME"].removeprefix("job-")) for r in rows[: -len(expected)]), rows
+        # ... the same positions as the visibility API reads at this step ...
+        order = await visibility_order(kubectl, f"{API}/clusterqueues/team-a/pendingworkloads")
+        assert positioned == [(o[0], str(o[1])) for o in order]
+        if len(expected) == len(waiting):  # ... and --status pending lists just those, in that order
+            args = ("list", "workloads", "--clusterqueue", "team-a", "--status", "pending")
+            rows = table(await kubectl.out("queueing", *args))
+            assert [(r["NAME"], r["POSITION"]) for r in rows] == positioned, rows
+        # free one GPU: the workload at position 0 gets it, and only that one (the admission order)
         holder = next(n for n in [*(f"hold-{i}" for i in range(4)), "p-b", "p-d", "p-c", "p-a"]
                       if running(emu, n, 1))  # fmt: skip
         assert cluster.finish_pods("default", holder) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from queueing.ledger.reconcile import (
     RecordWorkload,
     ReleaseAdmission,
     RevokeAdmission,
+    TransferAdmission,
     reconcile,
 )
 from queueing.ledger.recovery import apply_ledger_actions
@@ -136,3 +138,64 @@ async def test_apply_ledger_actions(ledger: Ledger) -> None:
     # applying the same actions again changes nothing (idempotent)
     await apply_ledger_actions(ledger, actions, at=sc.t(2))
     assert await ledger.load_state() == after
+
+
+STATUS = {"clusterQueue": "team-a", "podSetAssignments": [{"name": "main", "count": 1}]}
+
+
+def kept(uid: str, owner: str | None = None) -> ActiveAdmission:
+    """An admission recorded with the status it wrote (revision 0005 on)."""
+    return replace(adm(uid, aid=7), status=STATUS, owner_uid=owner)
+
+
+@pytest.mark.parametrize(
+    ("observed", "why"),
+    [
+        (obs("w", "admitted", "team-a", admission=STATUS, reserved=True, admitted=True), None),
+        (obs("w", "admitted", None, reserved=True, admitted=True), "status.admission is missing"),
+        (obs("w", "pending", None), "status.admission is missing"),
+        (
+            obs("w", "pending", "team-a", admission=STATUS, admitted=True),
+            "the QuotaReserved condition is not True",
+        ),
+        (
+            obs("w", "admitted", "team-a", admission=STATUS, reserved=True),
+            "the Admitted condition is not True",
+        ),
+        (
+            obs(
+                "w",
+                "admitted",
+                "team-a",
+                admission={**STATUS, "plannedDevices": 3},
+                reserved=True,
+                admitted=True,
+            ),
+            "status.admission is not the plan the ledger holds",
+        ),
+        (
+            obs("w", "admitted", "team-b", admission={**STATUS, "clusterQueue": "team-b"}, reserved=True),
+            "status.admission names ClusterQueue team-b, the ledger team-a",
+        ),
+    ],
+)
+def test_a_diverged_status_is_rewritten_from_the_ledger(observed: ObservedWorkload, why: str | None) -> None:
+    """Recovery repairs, it does not revoke: whatever diverged, the ledger's admission is applied."""
+    got = reconcile({"w": kept("w")}, {}, cluster(observed))
+    assert got == ([ApplyAdmission("w", 7, why)] if why else [])
+
+
+def test_a_workload_recreated_for_the_same_job_takes_the_admission_over() -> None:
+    new = obs("w2", "pending", owner_uid="job-1")
+    other = obs("w3", "pending", owner_uid="job-2")
+    assert reconcile({"w": kept("w", owner="job-1")}, {}, cluster(new, other)) == [
+        TransferAdmission("w", "w2"),
+        RecordWorkload("w3", "ns", "w3"),
+    ]
+    # no Workload yet, its Job runs on: held for the one the Job gets next
+    held = ObservedCluster({}, frozenset(("n1",)), owners=frozenset({"job-1"}))
+    assert reconcile({"w": kept("w", owner="job-1")}, {}, held) == []
+    # the Job is gone too: released
+    assert reconcile({"w": kept("w", owner="job-1")}, {}, cluster()) == [
+        ReleaseAdmission("w", "WorkloadDeleted", "deleted")
+    ]

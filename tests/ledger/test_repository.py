@@ -432,16 +432,58 @@ async def test_release_many_is_one_transaction(ledger: Ledger) -> None:
     assert await ledger.usage_at(sc.t(0, 2)) == state.usage
 
 
-async def test_add_workloads_records_a_batch_once(ledger: Ledger) -> None:
+async def test_workloads_recorded_when_seen_wait_since_their_jobs_creation(ledger: Ledger) -> None:
     await setup_queues(ledger)
-    await add(ledger, "known")
-    specs = [WorkloadSpec(f"b{i}", "ml", f"b{i}", "train", priority=i) for i in range(600)]  # > one IN chunk
-    again = WorkloadSpec("known", "ml", "known", "train")
-    got = await ledger.add_workloads([*specs, again, specs[0]], at=sc.t(0, 5))
-    assert got == [True] * 600 + [False, False]  # already known; twice in the batch: recorded once
+    created = sc.t(0, 1)
+    specs = [
+        WorkloadSpec(
+            "a", "ml", "a", "train", owner_uid="job-a", queued_at_ms=round(created.timestamp() * 1000)
+        ),
+        WorkloadSpec("b", "ml", "b", "train"),
+    ]
+    assert await ledger.add_workloads(specs, at=sc.t(0, 2)) == ["a", "b"]
+    assert await ledger.add_workloads(specs, at=sc.t(0, 3)) == []  # known: left as they are
+    pending = (await ledger.load_state()).pending
+    assert pending["a"].queued_at_ms == round(created.timestamp() * 1000)
+    assert pending["b"].queued_at_ms == round(sc.t(0, 2).timestamp() * 1000)
+    # an eviction resets the wait to the eviction's time
+    await ledger.admit(AdmissionRequest("a", "team-a", sc.gpu(1), sc.devices(1)), at=sc.t(0, 4))
+    await ledger.evict("a", at=sc.t(0, 5), reason="Preempted", preemptor_uid="b")
+    assert (await ledger.load_state()).pending["a"].queued_at_ms == round(sc.t(0, 5).timestamp() * 1000)
+    async with ledger.engine.connect() as c:
+        ev = (await c.execute(select(m.Eviction))).one()
+    assert ev.preemptor_cluster_queue == "team-a"  # b is recorded (pending): its LocalQueue's ClusterQueue
+
+
+async def test_an_admission_keeps_its_status_and_moves_to_the_recreated_workload(ledger: Ledger) -> None:
+    await setup_queues(ledger)
+    await ledger.add_workload(WorkloadSpec("old", "ml", "job-x", "train", owner_uid="job-x-uid"), at=sc.t(0))
+    status = {"clusterQueue": "team-a", "podSetAssignments": [{"name": "main", "count": 1}]}
+    aid = await ledger.admit(
+        AdmissionRequest("old", "team-a", sc.gpu(2), sc.devices(2), status=status), at=sc.t(0, 1)
+    )
     state = await ledger.load_state()
-    assert {f"b{i}" for i in range(600)} | {"known"} <= set(state.pending)
-    assert await ledger.add_workloads(specs[:2], at=sc.t(0, 6)) == [False, False]
-    # the batch goes in as one workload each: b7 admits like any other
-    await ledger.admit(AdmissionRequest("b7", "team-a", sc.gpu(1)), at=sc.t(0, 7))
-    assert "b7" in (await ledger.load_state()).admissions
+    assert (state.admissions["old"].status, state.admissions["old"].owner_uid) == (status, "job-x-uid")
+    moved = {**status, "plannedDevices": 2}
+    assert await ledger.rebind("old", sc.devices(2, node="node-2"), moved)
+    assert (await ledger.load_state()).admissions["old"].status == moved
+    new = WorkloadSpec("new", "ml", "job-x", "train", owner_uid="job-x-uid")
+    assert await ledger.transfer_admission("old", new, at=sc.t(0, 2)) == aid
+    state = await ledger.load_state()
+    assert set(state.admissions) == {"new"}
+    assert state.admissions["new"].admission_id == aid and state.admissions["new"].status == moved
+    assert state.usage[("team-a", "h200", GPU)] == Q("2")  # the quota stays charged once
+    async with ledger.engine.connect() as c:
+        rows = {r.uid: r.state for r in (await c.execute(select(m.Workload))).all()}
+    assert rows == {"old": m.DELETED, "new": m.ADMITTED}
+    with pytest.raises(NotAdmitted):
+        await ledger.transfer_admission("old", new, at=sc.t(0, 3))
+    await ledger.finish("new", at=sc.t(0, 4))
+    assert (await ledger.load_state()).usage == {}
+
+
+async def test_many_workloads_recorded_in_one_call(ledger: Ledger) -> None:
+    specs = [WorkloadSpec(f"u{i}", "ml", f"w{i}", "train") for i in range(1200)]
+    assert len(await ledger.add_workloads(specs[:700], at=sc.t(0))) == 700
+    assert await ledger.add_workloads(specs, at=sc.t(0, 1)) == [s.uid for s in specs[700:]]
+    assert len((await ledger.load_state()).pending) == 1200

@@ -22,7 +22,7 @@ def test_placement_bench_small(tmp_path: Path) -> None:
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     assert re.search(r"^machine: reference loop [\d.]+s", text, re.M), text
-    for trace in ("mixed", "alibaba", "rack"):
+    for trace in ("mixed", "alibaba", "rack", "mig"):
         for policy in ("FirstFit", "LeastFragmentation"):
             assert re.search(
                 rf"^\[{trace}\] {policy} +stranded +[\d.]+ GPUs +admitted \d+ \(MIG \d+\) +utilisation +[\d.]+% "
@@ -31,6 +31,8 @@ def test_placement_bench_small(tmp_path: Path) -> None:
                 re.M,
             ), text
         assert (tmp_path / f"placement-{trace}.png").stat().st_size > 0
+    # the heavy-load MIG trace says how much MIG jobs waited (that the load saturates them)
+    assert re.search(r"^\[mig\] FirstFit +MIG jobs waiting in \d+% of the samples", text, re.M), text
     assert re.search(r"^    g1 +n= *\d+ +mean wait +[\d.]+ min +p90 +[\d.]+ min", text, re.M), text
     for m in re.finditer(r"required-rack gangs (\d+), over two racks (\d+)", text):
         assert int(m.group(2)) == 0, text

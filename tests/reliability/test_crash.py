@@ -5,6 +5,7 @@ restarted, and checked. ``make test`` runs a few seeds; more with ``QUEUEING_CRA
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from sqlalchemy import text
@@ -55,7 +56,11 @@ async def test_the_checks_catch_a_lost_reservation() -> None:
             try:
                 await self._start()
                 await KubeClient(api).create(JOBS, job("victim"))
-                await self.settle("admitted")
+                deadline = time.monotonic() + 60
+                # settled on an admission (a quiet point can come before the victim is admitted)
+                while not (await self.ledger.load_state()).admissions:
+                    assert time.monotonic() < deadline, "the victim was never admitted"
+                    await self.settle("admitted")
                 async with self.ledger.engine.begin() as c:
                     await c.execute(text("UPDATE admissions SET released_at_ms = admitted_at_ms"))
                 await self.agreement_fails()

@@ -156,3 +156,27 @@ def test_topology_and_flavor_fields_are_validated() -> None:
     with pytest.raises(ValueError, match="appears twice"):
         Topology.model_validate(topology([{"nodeLabel": RACK}, {"nodeLabel": RACK}]))
     assert ResourceFlavor.model_validate(flavor("dc")).spec.topology_name == "dc"
+
+
+def test_the_topology_example_runs_as_documented() -> None:
+    """examples/topology/ (docs/simulate.md) is what make_topology_example.py writes, and runs as
+    its comments say: the required gang's victims are one low and one mid job of one rack (the two
+    lowest-priority jobs are in different racks), the gang runs in that rack, the preferred gang on
+    one rack once quota frees."""
+    import make_topology_example as mk
+
+    from queueing.simulate.engine import Simulation
+    from queueing.simulate.scenario import load_scenario
+
+    for name, (comment, docs) in mk.files().items():
+        assert (mk.OUT / name).read_text() == mk.render(comment, docs), (
+            f"rerun make_topology_example.py ({name})"
+        )
+    r = Simulation(load_scenario([str(mk.OUT)])).run()
+    victims = sorted(e.job for e in of(r, "Evicted") if e.preemptor == "ml/train")
+    assert victims == ["ml/fill-0", "ml/fill-1"]  # rack r0: h200-0 (low) and h200-1 (mid)
+    (train,) = of(r, "Admitted", "ml/train")
+    assert train.nodes is not None and {rack_of(n) for n in train.nodes} == {"r0"}
+    (sweep,) = of(r, "Admitted", "ml/sweep")
+    assert sweep.nodes is not None and len({rack_of(n) for n in sweep.nodes}) == 1
+    assert not of(r, "Evicted", "ml/fill-2")  # the other rack's low-priority job stays

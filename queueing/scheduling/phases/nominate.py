@@ -240,6 +240,8 @@ class Nominator:
         lq = self.lqs.get(queue_key)
         if lq is None:
             return PendingReason(None, "Inadmissible", f"LocalQueue {queue_key} doesn't exist")
+        if lq.terminating:
+            return PendingReason(lq.cluster_queue, "Inadmissible", f"LocalQueue {lq.key} is terminating")
         if lq.stop_policy != "None":
             return PendingReason(lq.cluster_queue, "Inadmissible", f"LocalQueue {lq.key} is stopped")
         cq = self.cqs.get(lq.cluster_queue)
