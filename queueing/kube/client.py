@@ -9,7 +9,9 @@ survive and no kubernetes-asyncio model classes are involved. Errors are kuberne
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -47,6 +49,7 @@ __all__ = [
     "api_client_for_url",
     "load_api_client",
     "queueing_resource",
+    "skip_empty_env_lookups",
 ]
 
 PATCH_CONTENT_TYPES = {
@@ -128,7 +131,7 @@ async def load_api_client(kubeconfig: str | None = None, context: str | None = N
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except k8s_config.ConfigException:
             await k8s_config.load_kube_config(context=context, client_configuration=configuration)
-    return k8s.ApiClient(configuration)
+    return skip_empty_env_lookups(k8s.ApiClient(configuration))
 
 
 def api_client_for_url(url: str, token: str | None = None) -> k8s.ApiClient:
@@ -137,7 +140,30 @@ def api_client_for_url(url: str, token: str | None = None) -> k8s.ApiClient:
     if token:
         configuration.api_key = {"BearerToken": token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
-    return k8s.ApiClient(configuration)
+    return skip_empty_env_lookups(k8s.ApiClient(configuration))
+
+
+def env_has_proxy_or_netrc() -> bool:
+    """Whether aiohttp's ``trust_env`` could find anything: a ``*_proxy`` variable (any case, as
+    urllib reads them) or a netrc file (``$NETRC`` or ``~/.netrc``)."""
+    if any(k.lower().endswith("_proxy") and v for k, v in os.environ.items()):
+        return True
+    netrc = os.environ.get("NETRC")
+    try:
+        return Path(netrc).is_file() if netrc else (Path.home() / ".netrc").is_file()
+    except (OSError, RuntimeError):  # no home directory: nothing to read either
+        return False
+
+
+def skip_empty_env_lookups(api: k8s.ApiClient) -> k8s.ApiClient:
+    """kubernetes-asyncio's session trusts the environment, so aiohttp looks the proxy variables and
+    ~/.netrc up again for every request, each in a worker thread (two thread hops per API call, about
+    a tenth of the controller's CPU in bench/e2e.py). Where the environment has neither, the session
+    stops looking; with a proxy or netrc set it keeps aiohttp's behaviour."""
+    session = getattr(api.rest_client, "pool_manager", None)
+    if getattr(session, "_trust_env", None) is True and not env_has_proxy_or_netrc():
+        session._trust_env = False  # type: ignore[union-attr]
+    return api
 
 
 # The longest line a watch stream may carry: one event, the whole object as JSON. kube-apiserver takes

@@ -89,6 +89,8 @@ def _names(items: list[dict[str, Any]] | None) -> list[str]:
 
 
 def _pod_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
+    if old == new:  # a status or metadata write: nothing below can differ
+        return []
     errs: list[FieldError] = []
     old_gates, new_gates = _names(old.get("schedulingGates")), _names(new.get("schedulingGates"))
     added = [g for g in new_gates if g not in old_gates]
@@ -140,9 +142,9 @@ def _job_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
     for k in ("selector", "completions", "completionMode"):
         if os_.get(k) != ns_.get(k):
             errs.append(_immutable(f"spec.{k}", ns_.get(k)))
-    ot, nt = copy.deepcopy(os_.get("template") or {}), copy.deepcopy(ns_.get("template") or {})
-    if ot == nt:
+    if (os_.get("template") or {}) == (ns_.get("template") or {}):
         return errs
+    ot, nt = copy.deepcopy(os_.get("template") or {}), copy.deepcopy(ns_.get("template") or {})
     never_started = bool(os_.get("suspend")) and not (old.get("status") or {}).get("startTime")
     if never_started:
         for t in (ot, nt):

@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from queueing.dra.verify import VerifyError
 from queueing.testing.schema import FieldError
 
 __all__ = ["compile_errors", "validate_rules"]
@@ -78,18 +79,73 @@ def compile_errors(schema: dict[str, Any], path: str = "") -> list[str]:
     return out
 
 
-def validate_rules(value: Any, schema: dict[str, Any], old: Any = None, path: str = "") -> list[FieldError]:
-    """The rules of ``schema`` that ``value`` breaks (``old``: the stored object on update)."""
+def validate_rules(
+    value: Any, schema: dict[str, Any], old: Any = None, path: str = "", verify: bool = False
+) -> list[FieldError]:
+    """The rules of ``schema`` that ``value`` breaks (``old``: the stored object on update).
+    ``verify``: also walk without skipping unchanged parts; VerifyError if the errors differ."""
     errs: list[FieldError] = []
     _walk(value, schema, old, path, errs, root=True)
+    if verify and old is not None:
+        whole: list[FieldError] = []
+        _walk(value, schema, old, path, whole, root=True, skip=False)
+        if [e.message for e in whole] != [e.message for e in errs]:
+            raise VerifyError("CRD rules skipping unchanged values", errs, whole, path)
     return errs
 
 
+# id(schema node) -> (the node, kept so that its id stays its own; whether a walk may evaluate a rule
+# below it when the value equals the old one)
+_EVALUATES_WHEN_EQUAL: dict[int, tuple[dict[str, Any], bool]] = {}
+
+
+def _evaluates_when_equal(schema: dict[str, Any]) -> bool:
+    """Whether walking a value equal to its old value under ``schema`` can evaluate any rule (and so
+    fail): a transition rule (``oldSelf``) anywhere below, or any rule below the items of a list that
+    is not ``x-kubernetes-list-type: map`` (those items have no old value to ratchet against). Every
+    other rule of such a walk is skipped by ratcheting, so the walk itself can be skipped."""
+    got = _EVALUATES_WHEN_EQUAL.get(id(schema))
+    if got is not None and got[0] is schema:
+        return got[1]
+    out = any(
+        isinstance(r, dict) and isinstance(r.get("rule"), str) and "oldSelf" in r["rule"]
+        for r in schema.get("x-kubernetes-validations") or []
+    )
+    subs = [s for s in (schema.get("properties") or {}).values() if isinstance(s, dict)]
+    if isinstance(schema.get("additionalProperties"), dict):
+        subs.append(schema["additionalProperties"])
+    out = out or any(_evaluates_when_equal(s) for s in subs)
+    items = schema.get("items")
+    if not out and isinstance(items, dict):
+        if schema.get("x-kubernetes-list-type") == "map" and schema.get("x-kubernetes-list-map-keys"):
+            out = _evaluates_when_equal(items)
+        else:
+            out = _has_rules(items)
+    _EVALUATES_WHEN_EQUAL[id(schema)] = (schema, out)
+    return out
+
+
+def _has_rules(schema: dict[str, Any]) -> bool:
+    if schema.get("x-kubernetes-validations"):
+        return True
+    subs = [s for s in (schema.get("properties") or {}).values() if isinstance(s, dict)]
+    subs += [schema[k] for k in ("items", "additionalProperties") if isinstance(schema.get(k), dict)]
+    return any(_has_rules(s) for s in subs)
+
+
 def _walk(
-    value: Any, schema: dict[str, Any], old: Any, path: str, errs: list[FieldError], root: bool
+    value: Any,
+    schema: dict[str, Any],
+    old: Any,
+    path: str,
+    errs: list[FieldError],
+    root: bool,
+    skip: bool = True,
 ) -> None:
     if value is None:
         return
+    if skip and not root and old is not None and value == old and not _evaluates_when_equal(schema):
+        return  # unchanged: every rule below would be ratcheted (see _check)
     for r in schema.get("x-kubernetes-validations") or []:
         if isinstance(r, dict) and isinstance(r.get("rule"), str):
             _check(r, value, old, path, errs)
@@ -102,7 +158,7 @@ def _walk(
             sub = props.get(key) if key in props else (addl if isinstance(addl, dict) else None)
             if isinstance(sub, dict):
                 prev = old.get(key) if isinstance(old, dict) else None
-                _walk(item, sub, prev, f"{path}.{key}" if path else key, errs, root=False)
+                _walk(item, sub, prev, f"{path}.{key}" if path else key, errs, root=False, skip=skip)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         items = schema["items"]
         keys = (
@@ -117,7 +173,7 @@ def _walk(
                     olds[repr([o.get(k) for k in keys])] = o
         for i, item in enumerate(value):
             prev = olds.get(repr([item.get(k) for k in keys])) if keys and isinstance(item, dict) else None
-            _walk(item, items, prev, f"{path}[{i}]", errs, root=False)
+            _walk(item, items, prev, f"{path}[{i}]", errs, root=False, skip=skip)
 
 
 def _check(r: dict[str, Any], value: Any, old: Any, path: str, errs: list[FieldError]) -> None:

@@ -43,7 +43,7 @@ from queueing.testing.openapi import openapi_v3
 from queueing.testing.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from queueing.testing.protobuf import PROTOBUF, ProtobufError, decode_access_review, decode_object
 from queueing.testing.resources import ResourceType
-from queueing.testing.store import CRD_KEY, ApiError, Store, Watcher
+from queueing.testing.store import CRD_KEY, ApiError, Store, StoreEvent, Watcher, dumps
 from queueing.testing.tables import table
 
 __all__ = ["Counts", "Emulator", "Faults", "RequestAttributes", "main", "manifest_files", "run_emulator"]
@@ -668,7 +668,7 @@ class Emulator:
         if verb == "list":
             items, rv, cont, remaining = store.list(
                 rt, ns, q.get("labelSelector"), q.get("fieldSelector"),
-                int(q["limit"]) if q.get("limit") else None, q.get("continue"),
+                int(q["limit"]) if q.get("limit") else None, q.get("continue"), share=True,
             )  # fmt: skip
             meta: dict[str, Any] = {"resourceVersion": rv}
             if cont:
@@ -687,7 +687,7 @@ class Emulator:
                 }
             )
         if verb == "get":
-            obj = store._out(rt, store.get(rt, ns, attrs.name), attrs.version)
+            obj = store._out(rt, store.get(rt, ns, attrs.name, share=True), attrs.version)
             if as_table:
                 return _json(
                     table(
@@ -722,12 +722,12 @@ class Emulator:
         if verb == "create":
             if attrs.subresource:
                 raise ApiError(405, "MethodNotAllowed", "create is not supported on this subresource")
-            return _json(store._out(rt, store.create(rt, ns, body, dry_run), attrs.version), 201)
+            return _json(store._out(rt, store.create(rt, ns, body, dry_run, share=True), attrs.version), 201)
         if verb == "update":
             return _json(
                 store._out(
                     rt,
-                    store.update(rt, ns, attrs.name, body, attrs.subresource or None, dry_run),
+                    store.update(rt, ns, attrs.name, body, attrs.subresource or None, dry_run, share=True),
                     attrs.version,
                 )
             )
@@ -763,12 +763,14 @@ class Emulator:
                 if not isinstance(body, dict):
                     raise ApiError.bad_request("an apply patch must be an object")
                 try:
-                    store.get(rt, ns, attrs.name)
+                    store.get(rt, ns, attrs.name, share=True)
                 except ApiError as e:
                     if e.code != 404:
                         raise
                     body.setdefault("metadata", {}).setdefault("name", attrs.name)
-                    return _json(store._out(rt, store.create(rt, ns, body, dry_run), attrs.version), 201)
+                    return _json(
+                        store._out(rt, store.create(rt, ns, body, dry_run, share=True), attrs.version), 201
+                    )
 
                 def apply(cur: dict[str, Any]) -> Any:
                     return strategic_merge_patch(cur, body)
@@ -781,7 +783,7 @@ class Emulator:
             return _json(
                 store._out(
                     rt,
-                    store.patch(rt, ns, attrs.name, apply, attrs.subresource or None, dry_run),
+                    store.patch(rt, ns, attrs.name, apply, attrs.subresource or None, dry_run, share=True),
                     attrs.version,
                 )
             )
@@ -820,7 +822,7 @@ class Emulator:
             w = self.store.watch(
                 rt, attrs.namespace or None, None if initial else q.get("resourceVersion"),
                 q.get("labelSelector"), q.get("fieldSelector"),
-                q.get("allowWatchBookmarks") in ("1", "true", "True"),
+                q.get("allowWatchBookmarks") in ("1", "true", "True"), shared=True,
             )  # fmt: skip
             if initial:
                 end = {"resourceVersion": str(self.store.rv), "annotations": {INITIAL_EVENTS_END: "true"}}
@@ -842,6 +844,7 @@ class Emulator:
         # like the API server, 0 or no timeoutSeconds means the default (long) timeout
         timeout = float(q.get("timeoutSeconds") or 0) or self.default_watch_timeout
         deadline = loop.time() + timeout
+        served = _gv(rt, attrs.version)
         try:
             await resp.prepare(request)
             while True:
@@ -853,26 +856,17 @@ class Emulator:
                         item = await asyncio.wait_for(w.queue.get(), remaining)
                 except (TimeoutError, asyncio.QueueEmpty):
                     break
+                # everything queued by now goes out in one write (the events stay in order)
+                chunk: list[bytes] = []
+                while item is not None:
+                    chunk.append(self._watch_line(rt, attrs.version, served, item, as_table, include))
+                    if w.queue.empty():
+                        break
+                    item = w.queue.get_nowait()
+                if chunk:
+                    await resp.write(b"".join(chunk))
                 if item is None:
                     break
-                if as_table and item["type"] != "BOOKMARK":
-                    obj = self.store._out(rt, item["object"], attrs.version)
-                    item = {
-                        "type": item["type"],
-                        "object": table(
-                            rt,
-                            [obj],
-                            self.store.clock(),
-                            include,
-                            {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                        ),
-                    }
-                elif item["type"] != "BOOKMARK":
-                    item = {
-                        "type": item["type"],
-                        "object": self.store._out(rt, item["object"], attrs.version),
-                    }
-                await resp.write(json.dumps(item).encode() + b"\n")
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await resp.write_eof()
         except (ConnectionError, RuntimeError):
@@ -881,6 +875,30 @@ class Emulator:
             self._watches.pop(w, None)
             self.store.unwatch(w)
         return resp
+
+    def _watch_line(
+        self,
+        rt: ResourceType,
+        version: str,
+        served: str,
+        item: dict[str, Any],
+        as_table: bool,
+        include: str,
+    ) -> bytes:
+        """One watch event as the JSON line sent: a stored event's line is encoded once for all watchers."""
+        if item["type"] == "BOOKMARK":
+            return dumps(item) + b"\n"
+        if as_table:
+            obj = self.store._out(rt, item["object"], version)
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            return (
+                dumps({"type": item["type"], "object": table(rt, [obj], self.store.clock(), include, meta)})
+                + b"\n"
+            )
+        ev: StoreEvent | None = item.get("event")
+        if ev is not None:
+            return ev.line(item["type"], served)
+        return dumps({"type": item["type"], "object": self.store._out(rt, item["object"], version)}) + b"\n"
 
 
 def manifest_files(path: Path) -> list[Path]:
@@ -911,7 +929,7 @@ def _gv(rt: ResourceType, version: str) -> str:
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(obj).encode(), status=status, content_type="application/json")
+    return web.Response(body=dumps(obj), status=status, content_type="application/json")
 
 
 def _status_response(e: ApiError) -> web.Response:

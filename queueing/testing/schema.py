@@ -117,9 +117,14 @@ def prune(
     return value
 
 
-def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[FieldError]:
+def validate(
+    value: Any, schema: dict[str, Any], path: str = "", passed: dict[str, Any] | None = None
+) -> list[FieldError]:
+    """The errors of ``value`` against ``schema``. ``passed``: an object that validated against this
+    very schema without errors (the stored one, on update); the root's properties equal to its are
+    not walked again, as they cannot give an error (a property's errors depend on its value alone)."""
     errs: list[FieldError] = []
-    _validate(value, schema, path, errs)
+    _validate(value, schema, path, errs, passed)
     return errs
 
 
@@ -127,7 +132,9 @@ def _invalid(errs: list[FieldError], path: str, value: Any, detail: str) -> None
     errs.append(FieldError(path, "FieldValueInvalid", f"{path}: Invalid value: {_fmt(value)}: {detail}"))
 
 
-def _validate(value: Any, schema: dict[str, Any], path: str, errs: list[FieldError]) -> None:
+def _validate(
+    value: Any, schema: dict[str, Any], path: str, errs: list[FieldError], passed: Any = None
+) -> None:
     if value is None:
         if schema.get("nullable"):
             return
@@ -259,6 +266,8 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errs: list[FieldErr
         addl = schema.get("additionalProperties")
         for key, item in value.items():
             if not path and key in ("apiVersion", "kind", "metadata"):
+                continue
+            if isinstance(passed, dict) and key in passed and passed[key] == item:
                 continue
             if key in props:
                 _validate(item, props[key], _join(path, key), errs)

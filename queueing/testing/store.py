@@ -2,6 +2,17 @@
 the active watches. Synchronous and single-threaded (it runs inside the emulator's event loop); every
 method returns deep copies, so callers can never alias stored state.
 
+A stored object is never changed in place: every write stores a new object, so the event history and
+the watch events refer to the stored objects themselves instead of copies. ``share=True`` (the
+emulator's HTTP layer) hands the request body over to the store and gets the stored object back
+without a copy, to serialise it at once; a ``shared`` watcher's events refer to the stored objects and
+carry their JSON line, encoded once per event however many watchers get it.
+
+Verify mode (``verify``, on with ``QUEUEING_VERIFY=1``) checks both claims on every write: a stored
+object is unchanged when it is replaced or dropped (its JSON is compared with what it was when its
+event went out), and the validation that skips unchanged parts gives the errors the whole validation
+gives; a difference raises ``VerifyError``.
+
 API semantics kept here (HTTP-independent): generateName, uid, creationTimestamp, generation bumps on
 spec changes, optimistic concurrency (409 on a stale resourceVersion), status subresources (writes to
 the main resource ignore ``status``, writes to ``/status`` change only ``status``), finalizers and
@@ -19,6 +30,7 @@ import contextlib
 import copy
 import heapq
 import json
+import os
 import random
 import re
 import string
@@ -30,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from queueing.api.validation import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
+from queueing.dra.verify import VerifyError
 from queueing.testing import builtin_rules, crd_rules, defaults
 from queueing.testing import schema as schemas
 from queueing.testing.admission import (
@@ -42,6 +55,7 @@ from queueing.testing.admission import (
 )
 from queueing.testing.resources import BUILTINS, ResourceType, from_crd
 from queueing.testing.selectors import SelectorError, parse_field_selector, parse_label_selector
+from queueing.verify import verify_from_env
 
 __all__ = ["AdmissionHook", "AdmissionRequest", "ApiError", "Store", "StoreEvent", "Watcher"]
 
@@ -136,8 +150,27 @@ class StoreEvent:
     rv: int
     type: str  # ADDED, MODIFIED, DELETED
     rkey: str
-    old: dict[str, Any] | None
+    old: dict[str, Any] | None  # the stored objects themselves: never changed in place
     new: dict[str, Any]
+    _lines: dict[tuple[str, str], bytes] = field(default_factory=dict, repr=False)
+
+    def line(self, type_: str, api_version: str) -> bytes:
+        """The watch event ``{"type": type_, "object": new}`` as one JSON line, ``new`` served as
+        ``api_version``; encoded once per (type, version), whichever watchers send it."""
+        got = self._lines.get((type_, api_version))
+        if got is None:
+            obj = (
+                self.new
+                if self.new.get("apiVersion") == api_version
+                else {**self.new, "apiVersion": api_version}
+            )
+            got = self._lines[(type_, api_version)] = dumps({"type": type_, "object": obj}) + b"\n"
+        return got
+
+
+def dumps(obj: Any) -> bytes:
+    """JSON bytes of an API object, as the emulator serves them."""
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 @dataclass(eq=False)
@@ -149,6 +182,15 @@ class Watcher:
     bookmarks: bool
     queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
     closed: bool = False
+    # True: the queued objects are the stored ones (read them, never change them) and each item of a
+    # stored event carries it as "event" (its ``line`` is the encoded event); False: deep copies
+    shared: bool = False
+
+    def _put(self, type_: str, obj: dict[str, Any], ev: StoreEvent | None) -> None:
+        if self.shared:
+            self.queue.put_nowait({"type": type_, "object": obj, "event": ev})
+        else:
+            self.queue.put_nowait({"type": type_, "object": copy.deepcopy(obj)})
 
     def _matches(self, obj: dict[str, Any] | None) -> bool:
         if obj is None:
@@ -164,14 +206,13 @@ class Watcher:
         new_match = self._matches(ev.new)
         if ev.type == "DELETED":
             if new_match:
-                self.queue.put_nowait({"type": "DELETED", "object": copy.deepcopy(ev.new)})
+                self._put("DELETED", ev.new, ev)
             return
         old_match = self._matches(ev.old)
         if new_match:
-            kind = "MODIFIED" if old_match else "ADDED"
-            self.queue.put_nowait({"type": kind, "object": copy.deepcopy(ev.new)})
+            self._put("MODIFIED" if old_match else "ADDED", ev.new, ev)
         elif old_match:
-            self.queue.put_nowait({"type": "DELETED", "object": copy.deepcopy(ev.new)})
+            self._put("DELETED", ev.new, ev)
 
     def bookmark(self, rv: int) -> None:
         if self.closed or not self.bookmarks:
@@ -227,6 +268,11 @@ class Store:
         self._expiry: builtins.list[tuple[datetime, str, tuple[str, str], str]] = []
         self.events_expired = 0
         self._owned: dict[str, set[tuple[str, tuple[str, str]]]] = {}  # owner uid -> dependents
+        # (resource key, object key) -> the schema the stored object passed (``schemas.validate``
+        # skips what an update leaves as it was under the same schema)
+        self._validated: dict[tuple[str, tuple[str, str]], dict[str, Any]] = {}
+        self.verify = verify_from_env(os.environ)
+        self._fingerprints: dict[tuple[str, tuple[str, str]], bytes] = {}  # verify: JSON when shared
         # the API server's validation beyond the structural schema: CRD rules (x-kubernetes-validations,
         # CEL) and the resource.k8s.io kinds (the queueing.api models: names, limits, CEL selectors
         # that do not compile or cost too much). False stores such objects anyway, as written under an
@@ -286,6 +332,7 @@ class Store:
     def _put(self, rt: ResourceType, key: tuple[str, str], obj: dict[str, Any]) -> None:
         old = self.objects[rt.key].get(key)
         if old is not None:
+            self._check_unchanged(rt, key, old)
             self._unindex(rt, key, old)
         self.objects[rt.key][key] = obj
         if rt.key in EVENT_KEYS and self.event_ttl is not None:
@@ -295,8 +342,26 @@ class Store:
             if isinstance(ref, dict) and ref.get("uid"):
                 self._owned.setdefault(ref["uid"], set()).add((rt.key, key))
 
+    def _check_unchanged(self, rt: ResourceType, key: tuple[str, str], obj: dict[str, Any]) -> None:
+        """Verify mode: the stored object is as it was when its event went out."""
+        was = self._fingerprints.get((rt.key, key)) if self.verify else None
+        if was is not None and dumps(obj) != was:
+            raise VerifyError(
+                "stored objects are never changed in place",
+                dumps(obj).decode(),
+                was.decode(),
+                f"{rt.key} {key}",
+            )
+
+    def _mark_validated(self, rt: ResourceType, key: tuple[str, str]) -> None:
+        if rt.schema is not None:
+            self._validated[(rt.key, key)] = rt.schema
+
     def _drop(self, rt: ResourceType, key: tuple[str, str]) -> dict[str, Any]:
         obj = self.objects[rt.key].pop(key)
+        self._check_unchanged(rt, key, obj)
+        self._fingerprints.pop((rt.key, key), None)
+        self._validated.pop((rt.key, key), None)
         self._unindex(rt, key, obj)
         return obj
 
@@ -312,7 +377,10 @@ class Store:
         return self.rv
 
     def _emit(self, rt: ResourceType, type_: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
-        ev = StoreEvent(self.rv, type_, rt.key, copy.deepcopy(old), copy.deepcopy(new))
+        ev = StoreEvent(self.rv, type_, rt.key, old, new)
+        if self.verify and type_ != "DELETED":
+            meta = new["metadata"]
+            self._fingerprints[(rt.key, self._key(rt, meta.get("namespace"), meta["name"]))] = dumps(new)
         self.history.append(ev)
         while len(self.history) > self.history_limit:
             dropped = self.history.popleft()
@@ -401,9 +469,19 @@ class Store:
                 raise ApiError.bad_request(f"strict decoding error: {unknown}")
             if self.field_validation != "Ignore":
                 self.warnings.extend(f'unknown field "{p}"' for p in pruned)
-            errors.extend(schemas.validate(obj, rt.schema))
+            passed = None
+            if old is not None:
+                ometa = old.get("metadata") or {}
+                okey = self._key(rt, ometa.get("namespace"), ometa.get("name", ""))
+                if self._validated.get((rt.key, okey)) is rt.schema:
+                    passed = old
+            errors.extend(schemas.validate(obj, rt.schema, passed=passed))
+            if self.verify and passed is not None:
+                whole = schemas.validate(obj, rt.schema)
+                if [e.message for e in whole] != [e.message for e in errors]:
+                    raise VerifyError("schema validation of the changed parts", errors, whole, name)
             if not errors and self.api_validation:
-                errors.extend(crd_rules.validate_rules(obj, rt.schema, old))
+                errors.extend(crd_rules.validate_rules(obj, rt.schema, old, verify=self.verify))
         elif self.api_validation and rt.group == "resource.k8s.io":
             errors.extend(builtin_rules.validate_resource_object(rt, obj))
         if rt.key == CRD_KEY:
@@ -449,18 +527,20 @@ class Store:
         return obj
 
     def _out(self, rt: ResourceType, obj: dict[str, Any], version: str | None = None) -> dict[str, Any]:
-        out = copy.deepcopy(obj)
+        """``obj`` as served in ``version``: itself, or a shallow copy with that apiVersion (to be
+        serialised at once, never changed)."""
         if version and version != rt.version:
-            out["apiVersion"] = f"{rt.group}/{version}" if rt.group else version
-        return out
+            return {**obj, "apiVersion": f"{rt.group}/{version}" if rt.group else version}
+        return obj
 
     # ------------------------------------------------------------ reads
-    def get(self, rt: ResourceType, ns: str | None, name: str) -> dict[str, Any]:
+    def get(self, rt: ResourceType, ns: str | None, name: str, share: bool = False) -> dict[str, Any]:
+        """A copy of the object (``share``: the stored object itself, to read only)."""
         self.expire_events()
         obj = self.objects[rt.key].get(self._key(rt, ns, name))
         if obj is None:
             raise ApiError.not_found(rt, name)
-        return copy.deepcopy(obj)
+        return obj if share else copy.deepcopy(obj)
 
     def list(
         self,
@@ -470,8 +550,10 @@ class Store:
         field_selector: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
+        share: bool = False,
     ) -> tuple[list[dict[str, Any]], str, str | None, int | None]:
-        """Matching objects sorted by key, the list resourceVersion, a continue token, remaining count."""
+        """Matching objects sorted by key (copies; ``share``: the stored objects, to read only), the
+        list resourceVersion, a continue token, remaining count."""
         self.expire_events()
         try:
             lp = parse_label_selector(label_selector)
@@ -506,16 +588,24 @@ class Store:
             cont = base64.urlsafe_b64encode(
                 json.dumps({"rv": list_rv, "start": list(last)}).encode()
             ).decode()
-        return [copy.deepcopy(o) for _, o in items], str(list_rv), cont, remaining
+        objs = [o for _, o in items] if share else [copy.deepcopy(o) for _, o in items]
+        return objs, str(list_rv), cont, remaining
 
     # ------------------------------------------------------------ writes
     def create(
-        self, rt: ResourceType, ns: str | None, body: dict[str, Any], dry_run: bool = False
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        body: dict[str, Any],
+        dry_run: bool = False,
+        share: bool = False,
     ) -> dict[str, Any]:
+        """Store a new object; returns a copy of it. ``share``: the store takes ``body`` over (the
+        caller never uses it again) and returns the stored object itself, to read only."""
         self.expire_events()
         if not isinstance(body, dict):
             raise ApiError.bad_request("the body of the request must be an object")
-        obj = copy.deepcopy(body)
+        obj = body if share else copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError.bad_request("metadata must be an object")
@@ -583,10 +673,11 @@ class Store:
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self._next_rv())
         self._put(rt, self._key(rt, ns, name), obj)
+        self._mark_validated(rt, self._key(rt, ns, name))
         if rt.key == CRD_KEY:
             obj = self._sync_crd(None, obj)
         self._emit(rt, "ADDED", None, obj)
-        return copy.deepcopy(obj)
+        return obj if share else copy.deepcopy(obj)
 
     def _check_kind(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         kind = obj.get("kind")
@@ -609,7 +700,9 @@ class Store:
         body: dict[str, Any],
         subresource: str | None = None,
         dry_run: bool = False,
+        share: bool = False,
     ) -> dict[str, Any]:
+        """Replace the object (or its status); returns a copy of the result. ``share`` as in ``create``."""
         self.expire_events()
         if not isinstance(body, dict):
             raise ApiError.bad_request("the body of the request must be an object")
@@ -617,7 +710,8 @@ class Store:
         old = self.objects[rt.key].get(key)
         if old is None:
             raise ApiError.not_found(rt, name)
-        body = copy.deepcopy(body)
+        if not share:
+            body = copy.deepcopy(body)
         bmeta = body.get("metadata")
         if not isinstance(bmeta, dict):
             bmeta = body["metadata"] = {}
@@ -689,7 +783,7 @@ class Store:
             raise ApiError.invalid(rt, name, errs)
         new = self._check_schema(rt, name, new, old)
         if new == old or dry_run:
-            return copy.deepcopy(new)
+            return new if share else copy.deepcopy(new)
         new["metadata"]["resourceVersion"] = str(self._next_rv())
         if rt.key == CRD_KEY:
             new = self._sync_crd(old, new)
@@ -697,10 +791,11 @@ class Store:
             self._drop(rt, key)
             self._emit(rt, "DELETED", old, new)
             self._after_delete(rt, new, None)
-            return copy.deepcopy(new)
+            return new if share else copy.deepcopy(new)
         self._put(rt, key, new)
+        self._mark_validated(rt, key)
         self._emit(rt, "MODIFIED", old, new)
-        return copy.deepcopy(new)
+        return new if share else copy.deepcopy(new)
 
     def patch(
         self,
@@ -710,11 +805,14 @@ class Store:
         apply: Callable[[dict[str, Any]], Any],
         subresource: str | None = None,
         dry_run: bool = False,
+        share: bool = False,
     ) -> dict[str, Any]:
-        """Apply ``apply(current) -> patched`` and store the result with update semantics."""
+        """Apply ``apply(current) -> patched`` (``current`` is a copy ``apply`` may change) and store the
+        result with update semantics. ``share``: what ``apply`` returns is the store's (it holds
+        nothing the caller keeps), and the stored result comes back without a copy, to read only."""
         current = self.get(rt, ns, name)
         cur_rv = current["metadata"]["resourceVersion"]
-        patched = apply(copy.deepcopy(current))
+        patched = apply(current)
         if not isinstance(patched, dict):
             raise ApiError.bad_request("the patched object must be a JSON object")
         pmeta = patched.get("metadata")
@@ -725,7 +823,7 @@ class Store:
             pmeta["resourceVersion"] = cur_rv
         if pmeta.get("name") and pmeta["name"] != name:
             raise ApiError.bad_request("metadata.name cannot be changed by a patch")
-        return self.update(rt, ns, name, patched, subresource=subresource, dry_run=dry_run)
+        return self.update(rt, ns, name, patched, subresource=subresource, dry_run=dry_run, share=share)
 
     def bind(self, ns: str, name: str, node: str) -> dict[str, Any]:
         """``pods/binding``: assign a pod to a node (what kube-scheduler does); sets PodScheduled."""
@@ -911,12 +1009,19 @@ class Store:
         label_selector: str | None,
         field_selector: str | None,
         bookmarks: bool,
+        shared: bool = False,
     ) -> Watcher:
-        """A registered watcher whose queue already holds the replayed events; raises 410 when too old."""
+        """A registered watcher whose queue already holds the replayed events; raises 410 when too old.
+        ``shared``: its events refer to the stored objects (see ``Watcher.shared``)."""
         self.expire_events()
         try:
             w = Watcher(
-                rt, ns, parse_label_selector(label_selector), parse_field_selector(field_selector), bookmarks
+                rt,
+                ns,
+                parse_label_selector(label_selector),
+                parse_field_selector(field_selector),
+                bookmarks,
+                shared=shared,
             )
         except SelectorError as e:
             raise ApiError.bad_request(str(e)) from e
@@ -924,7 +1029,7 @@ class Store:
             for key in sorted(self.objects[rt.key]):
                 obj = self.objects[rt.key][key]
                 if w._matches(obj):
-                    w.queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(obj)})
+                    w._put("ADDED", obj, None)
         else:
             try:
                 since = int(resource_version)
