@@ -34,6 +34,9 @@ async def start_four(emu: Emulator, admin: KubeClient) -> dict[str, dict[str, An
         await admin.create(JOBS, job(n))
     for n in NAMES:
         await eventually(lambda n=n: running(emu, n, 1), f"{n} runs", timeout=60)
+        # and the controller's last status write of a started workload is done (PodsReady True), so the
+        # sabotage below is not undone by that write carrying the conditions it read before
+        await eventually(lambda n=n: is_true(workload(emu, f"job-{n}") or {}, "PodsReady"), f"{n} ready")
     return {n: workload(emu, f"job-{n}") or {} for n in NAMES}
 
 
