@@ -4,7 +4,8 @@ stand-in operators, one controller and one SQLite ledger for the whole module.
 
 Per kind: queued while held (created suspended by deploy/'s admission policy, its Workload named
 ``<kind>-<name>-<hash>`` and owned by it); admitted as a gang only once every pod's claims fit; its
-pods bound to the planned devices; evicted whole by a higher-priority Job and requeued, then admitted
+pods bound to the planned devices; evicted whole by a higher-priority Deployment's pod (deploy/'s
+pod-gate policy holds it, the stand-in Deployment controller creates it) and requeued, then admitted
 again; finished, with its quota released in the ledger. The RayCluster CRD is installed only after
 the controller started: its adapter is disabled with one log line until then."""
 
@@ -35,12 +36,14 @@ from queueing.testing.operator import TEST_CRDS
 from queueing.testing.rbac import RbacAuthorizer
 from tests.controller.conftest import (
     CONTROLLER_USER,
+    REPO,
     Harness,
     emulated_cluster,
     eventually,
 )
 from tests.controller.test_admission import cond, get, is_true, items
 from tests.controller.test_eviction import prio_job, priority_classes
+from tests.integrations.test_pod_gated import preempt_with_deployment, remove_deployment
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -82,6 +85,8 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
     logger.addHandler(logs)
     async with emulated_cluster(__name__, ("rbac.yaml", "rbac-integrations.yaml")) as emu:
         priority_classes(emu)  # low/mid/high and preemption within the ClusterQueue
+        # the preemptor is a Deployment's pod, held at its admission gate by deploy/'s pod-gate policy
+        emu.load_objects(REPO / "deploy" / "base" / "pod-gate-policy.yaml")
         # RayJob and JobSet are installed before the controller starts, RayCluster later (a test below)
         for crd in ("ray.io_rayjobs.yaml", "jobset.x-k8s.io_jobsets.yaml"):
             emu.load_objects(TEST_CRDS / crd)
@@ -362,18 +367,16 @@ async def test_queued_gang_admitted_bound_preempted_requeued_finished(env: Env, 
     (active,) = state.admissions.values()
     assert active.name == wl_name and sum(state.usage.values()) == 8
 
-    # a higher-priority Job needs 4 GPUs: the gang is evicted whole, suspended, its pods gone, requeued
-    await admin.create(JOBS, prio_job("urgent", "high", template="gpu-4"))
-    evicted = await eventually(lambda: cond(workload(), "Evicted"), "the gang is evicted")
-    assert evicted["reason"] == "Preempted" and "job-urgent" in evicted["message"]
-    await eventually(lambda: running(env, "batch.kubernetes.io/job-name=urgent", 1), "the urgent Job runs")
+    # a higher-priority Deployment's pod (1 GPU; every GPU is the gang's): the gang is evicted whole
+    # (by that pod's Workload, recorded in the ledger), suspended, its pods gone, requeued
+    serve_wl = await preempt_with_deployment(emu, admin, env.ledger, workload() or {})
     assert get(emu, k.resource.plural, name, k.group)["spec"]["suspend"] is True  # type: ignore[index]
     assert not live_pods(env, k.selector(name))
     requeued = await eventually(lambda: cond(workload(), "Requeued"), "the gang is requeued")
     assert requeued["status"] == "True" and "admission" not in (workload() or {})["status"]
 
-    # the urgent Job goes: admitted again, as a whole
-    await admin.delete(JOBS, "urgent", "default", propagation_policy="Background")
+    # the Deployment goes (its pod, its Workload, its quota): admitted again, as a whole
+    await remove_deployment(emu, admin, env.ledger, serve_wl)
     await eventually(lambda: is_true(workload(), "Admitted"), "the gang is admitted again")
     await eventually(lambda: running(env, k.selector(name), k.pods), "every pod runs again")
 
