@@ -9,7 +9,7 @@ Workload). Other kinds are ignored with a warning.
 What is simulated (a *job* of the simulation):
 
 * a Job with the label ``queueing.dra.io/queue-name`` (its Workload as the controller builds it,
-  :func:`queueing.scheduling.jobs.workload_for_job`);
+  :func:`queueing.scheduling.jobs.workload_for_job`, through its adapter as for the kinds below);
 * a Workload object (``spec.queueName``);
 * a pod group: Pods labelled ``queueing.dra.io/pod-group`` (annotation
   ``queueing.dra.io/pod-group-total-count``), named ``<namespace>/<group>`` in events;
@@ -64,7 +64,6 @@ from queueing.scheduling.jobs import (
     POD_GROUP_LABEL,
     QUEUE_NAME_LABEL,
     WorkloadError,
-    workload_for_job,
     workload_for_pod_group,
 )
 from queueing.scheduling.snapshot import WorkloadInfo
@@ -204,6 +203,11 @@ def _crd_kind(o: KubeObject) -> Integration | None:
     return integ if integ is not None and integ.held_by == "suspend" else None
 
 
+def _suspend_kind(o: KubeObject) -> Integration | None:
+    """The registry entry of an object held by suspend: a batch/v1 Job, or a CRD kind's object."""
+    return by_kind("batch/v1", "Job") if isinstance(o, Job) else _crd_kind(o)
+
+
 def _template_annotations(o: StatefulSet | Deployment | LeaderWorkerSet) -> dict[str, str]:
     if isinstance(o, LeaderWorkerSet):
         tmpl = o.spec.leader_worker_template.worker_template
@@ -287,27 +291,15 @@ def load_scenario(paths: Iterable[str], *, extended_resources: bool = True) -> S
             sc.templates.append(o)
         elif isinstance(o, ResourceClaim):
             sc.claims.append(o)
-        elif isinstance(o, Job):
-            try:
-                wl = workload_for_job(o, wpcs, pcs)
-            except WorkloadError as e:
-                raise ScenarioError(str(e)) from None
-            if wl is None:
-                raise ScenarioError(
-                    f"Job {o.key}: metadata.labels[queueing.dra.io/queue-name]: missing (the LocalQueue to submit to)"
-                )
-            wl.metadata.name = o.name  # events name the Job
-            wl.metadata.uid = o.metadata.uid or f"sim-job-{o.key}"
-            items.append((o.key, "Job", wl, o.annotations))
-        elif (integ := _crd_kind(o)) is not None:
-            # RayJob, RayCluster, JobSet: the Workload their adapter makes (the controller's)
+        elif (integ := _suspend_kind(o)) is not None:
+            # Job, RayJob, RayCluster, JobSet: the Workload their adapter makes (the controller's)
             try:
                 wl = integ.adapt(o).workload(wpcs, pcs)
             except WorkloadError as e:
                 raise ScenarioError(str(e)) from None
             if wl is None:
                 raise ScenarioError(
-                    f"{o.kind} {o.key}: metadata.labels[{QUEUE_NAME_LABEL}]: missing (the LocalQueue to submit to)"
+                    f"{integ.kind} {o.key}: metadata.labels[{QUEUE_NAME_LABEL}]: missing (the LocalQueue to submit to)"
                 )
             wl.metadata.name = o.name  # events name the object
             wl.metadata.uid = o.metadata.uid or f"sim-{integ.kind.lower()}-{o.key}"
