@@ -47,6 +47,7 @@ import admission
 
 from queueing.testing import Emulator, run_emulator
 from queueing.testing.cluster import StandIns, condition_true
+from queueing.testing.emulator import WRITE_VERBS
 from queueing.testing.rbac import RbacAuthorizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -288,7 +289,8 @@ async def run(args: argparse.Namespace) -> int:
                 bench_cpu = time.process_time() - bench_cpu0
             watcher.cancel()
             cpu1, rss = proc_stats(proc.pid)
-            writes = emu.writes_by(CONTROLLER_USER).since(writes0).writes()
+            counts = emu.writes_by(CONTROLLER_USER).since(writes0)
+            writes = counts.writes()
             metrics = await scrape(metrics_port)
             await stop(proc)  # while the API is still there
     finally:
@@ -320,6 +322,9 @@ async def run(args: argparse.Namespace) -> int:
         f"API writes by the controller: {writes} ({writes / max(1, rec.admissions):.2f} per admission); "
         f"scheduling cycles {cycles:.0f}"
     )
+    per = max(1, rec.admissions)
+    by_request = sorted(((n, f"{v} {r}") for (v, r), n in counts.items() if v in WRITE_VERBS), reverse=True)
+    print("  per admission: " + ", ".join(f"{what} {n / per:.2f}" for n, what in by_request))
     print(f"controller: {cpu1 - cpu0:.1f}s CPU during the run, peak RSS {rss / 2**20:.0f} MiB")
     print(f"bench process (API emulator, stand-in cluster, recorder): {bench_cpu:.1f}s CPU during the run")
     print(
