@@ -144,15 +144,16 @@ def _job_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
             errs.append(_immutable(f"spec.{k}", ns_.get(k)))
     if (os_.get("template") or {}) == (ns_.get("template") or {}):
         return errs
-    ot, nt = copy.deepcopy(os_.get("template") or {}), copy.deepcopy(ns_.get("template") or {})
+    # shallow copies: only their first two levels lose keys (the templates are read, never changed)
+    ot, nt = dict(os_.get("template") or {}), dict(ns_.get("template") or {})
     never_started = bool(os_.get("suspend")) and not (old.get("status") or {}).get("startTime")
     if never_started:
         for t in (ot, nt):
-            meta = t.get("metadata") or {}
+            meta = dict(t.get("metadata") or {})
             meta.pop("labels", None)
             meta.pop("annotations", None)
             t["metadata"] = meta
-            spec = t.get("spec") or {}
+            spec = dict(t.get("spec") or {})
             for k in _TEMPLATE_MUTABLE_WHEN_SUSPENDED:
                 spec.pop(k, None)
             t["spec"] = spec

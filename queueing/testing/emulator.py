@@ -740,7 +740,7 @@ class Emulator:
             elif ctype == "application/merge-patch+json":
 
                 def apply(cur: dict[str, Any]) -> Any:
-                    return merge_patch(cur, body)
+                    return merge_patch(cur, body, take=True)
             elif ctype == "application/strategic-merge-patch+json":
                 if rt.crd:
                     raise ApiError(

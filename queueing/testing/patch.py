@@ -21,15 +21,19 @@ class PatchError(ValueError):
     pass
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
+def merge_patch(target: Any, patch: Any, take: bool = False) -> Any:
+    """``target`` with the JSON merge patch ``patch`` applied, as a new object: ``target`` is never
+    changed, and what the patch leaves as it was is shared with it. ``take``: the patch is the
+    caller's to give (a freshly decoded request body), so its values go into the result without
+    copies."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return patch if take else copy.deepcopy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if v is None:
             result.pop(k, None)
         else:
-            result[k] = merge_patch(result.get(k), v)
+            result[k] = merge_patch(result.get(k), v, take)
     return result
 
 

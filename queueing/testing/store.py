@@ -353,6 +353,18 @@ class Store:
                 f"{rt.key} {key}",
             )
 
+    def _shares(self, rt: ResourceType, key: tuple[str, str]) -> bool:
+        """Whether an update of the stored object at ``key`` may keep the parts it leaves unchanged
+        (the same dicts and lists) in the new object instead of copies: when what runs on the new
+        object before it is stored cannot change those parts in place. Job defaulting and the schema's
+        defaulting and pruning change nothing in what already passed them under the same schema, and
+        admission policies copy before they mutate; Python ``admission_hooks`` may change anything,
+        so with any of them installed every update copies. Verify mode checks the claim: a stored
+        object that changed in place raises when it is replaced (``_check_unchanged``)."""
+        if self.admission_hooks:
+            return False
+        return rt.schema is None or self._validated.get((rt.key, key)) is rt.schema
+
     def _mark_validated(self, rt: ResourceType, key: tuple[str, str]) -> None:
         if rt.schema is not None:
             self._validated[(rt.key, key)] = rt.schema
@@ -732,8 +744,10 @@ class Store:
         self._check_kind(rt, body)
         if rt.key == JOBS_KEY and not subresource:
             defaults.default_job(body)
+        # the new object may hold the parts of the stored one it leaves as they were (see _shares)
+        keep = share and self._shares(rt, key)
         if subresource == "status":
-            new = copy.deepcopy(old)
+            new = {**old, "metadata": dict(old["metadata"])} if keep else copy.deepcopy(old)
             if "status" in body:
                 new["status"] = body["status"]
             else:
@@ -742,7 +756,7 @@ class Store:
             new = body
             if rt.status_subresource and rt.key != CRD_KEY:
                 if "status" in old:
-                    new["status"] = copy.deepcopy(old["status"])
+                    new["status"] = old["status"] if keep else copy.deepcopy(old["status"])
                 else:
                     new.pop("status", None)
             nmeta = new["metadata"]
@@ -808,16 +822,23 @@ class Store:
         share: bool = False,
     ) -> dict[str, Any]:
         """Apply ``apply(current) -> patched`` (``current`` is a copy ``apply`` may change) and store the
-        result with update semantics. ``share``: what ``apply`` returns is the store's (it holds
-        nothing the caller keeps), and the stored result comes back without a copy, to read only."""
-        current = self.get(rt, ns, name)
+        result with update semantics. ``share``: ``apply`` gets the stored object itself and returns
+        a new one without changing it (the functions of ``queueing.testing.patch`` never change their
+        target: what they leave as it was, they share with it); what it returns is the store's (it
+        holds nothing the caller keeps), and the stored result comes back without a copy, to read
+        only."""
+        current = self.get(rt, ns, name, share=share)
         cur_rv = current["metadata"]["resourceVersion"]
         patched = apply(current)
         if not isinstance(patched, dict):
             raise ApiError.bad_request("the patched object must be a JSON object")
+        if patched is current:
+            patched = dict(current)
         pmeta = patched.get("metadata")
         if not isinstance(pmeta, dict):
             pmeta = patched["metadata"] = {}
+        elif pmeta is current["metadata"]:
+            pmeta = patched["metadata"] = dict(pmeta)  # update() sets its fields
         # a patch may carry a resourceVersion precondition; otherwise it applies to the current object
         if not pmeta.get("resourceVersion"):
             pmeta["resourceVersion"] = cur_rv
