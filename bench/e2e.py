@@ -270,7 +270,7 @@ async def run(args: argparse.Namespace) -> int:
                     delay = t0 + arrival - time.perf_counter()
                     if delay > 0:
                         await asyncio.sleep(delay)
-                    emu.store.create(jobs_rt, "bench", job)
+                    emu.store.create(jobs_rt, "bench", job, share=True)  # the store takes the Job over
                     rec.created[job["metadata"]["name"]] = time.perf_counter() - t0
                 deadline = t0 + args.timeout
                 while len(rec.finished) < len(jobs) and time.perf_counter() < deadline:

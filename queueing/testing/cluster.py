@@ -10,7 +10,8 @@ starting once its kind is served.
 It is what the controller's end-to-end tests, ``bench/e2e.py`` and a local cluster run on; it is not
 part of a production deployment.
 
-Everything reacts to the store's own watch events, one object at a time (an event costs work in
+Everything reads the stored objects themselves (shared watches and reads, never changed: every
+write builds new dicts) and reacts to the store's own watch events, one object at a time (an event costs work in
 proportion to what it touches, not to the cluster's size); ``step()`` is a full pass over the current
 state, idempotent, so no test depends on timing.
 
@@ -149,7 +150,7 @@ class StandIns:
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> StandIns:
         watchers = [
-            self.store.watch(self.rt[k], None, str(self.store.rv), None, None, False)
+            self.store.watch(self.rt[k], None, str(self.store.rv), None, None, False, shared=True)
             for k in ("jobs", "pods", "claims")
         ]
         self._task = asyncio.create_task(self._run(watchers))
@@ -188,11 +189,11 @@ class StandIns:
             self.errors.append(f"{fn.__name__}: {type(e).__name__}: {e}")
 
     def _list(self, kind: str, ns: str | None = None, labels: str | None = None) -> list[dict[str, Any]]:
-        return self.store.list(self.rt[kind], ns, labels)[0]
+        return self.store.list(self.rt[kind], ns, labels, share=True)[0]
 
     def _get(self, kind: str, key: Key) -> dict[str, Any] | None:
         try:
-            return self.store.get(self.rt[kind], key[0] or None, key[1])
+            return self.store.get(self.rt[kind], key[0] or None, key[1], share=True)
         except ApiError:
             return None
 
@@ -382,9 +383,9 @@ class StandIns:
         )
 
     def _set_status(self, kind: str, ns: str | None, name: str, status: dict[str, Any]) -> None:
-        obj = self.store.get(self.rt[kind], ns or None, name)
-        obj["status"] = status
-        self.store.update(self.rt[kind], ns or None, name, obj, subresource="status")
+        obj = self.store.get(self.rt[kind], ns or None, name, share=True)
+        body = {**obj, "metadata": dict(obj["metadata"]), "status": status}
+        self.store.update(self.rt[kind], ns or None, name, body, subresource="status", share=True)
 
     # ------------------------------------------------------------------ one pod
     def _pod(self, key: Key) -> None:
@@ -407,7 +408,7 @@ class StandIns:
             tname = rc.get("resourceClaimTemplateName")
             if not tname or rc["name"] in have:
                 continue
-            tmpl = self.store.get(self.rt["templates"], meta["namespace"], tname)
+            tmpl = self.store.get(self.rt["templates"], meta["namespace"], tname, share=True)
             claim_name = f"{meta['name']}-{rc['name']}-{secrets.token_hex(3)}"
             created = self.store.create(
                 self.rt["claims"],
@@ -472,12 +473,12 @@ class StandIns:
         if names is None:
             return
         ns = meta["namespace"]
-        claims = [self.store.get(self.rt["claims"], ns, n) for n in names]
+        claims = [self.store.get(self.rt["claims"], ns, n, share=True) for n in names]
         unallocated = [c for c in claims if not (c.get("status") or {}).get("allocation")]
         if unallocated:
             if not self.allocate_claims or not self._allocate(unallocated, node):
                 return
-            claims = [self.store.get(self.rt["claims"], ns, n) for n in names]
+            claims = [self.store.get(self.rt["claims"], ns, n, share=True) for n in names]
         for c in claims:
             sel = (c["status"]["allocation"].get("nodeSelector") or {}).get("nodeSelectorTerms") or []
             values = [v for t in sel for f in t.get("matchFields") or [] for v in f.get("values") or []]

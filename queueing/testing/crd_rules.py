@@ -187,19 +187,20 @@ def _walk(
 
 
 _SELF = re.compile(r"\b(self|oldSelf)\b")
-_FIELD = re.compile(r"\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+_FIELD = re.compile(r"\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)(\s*\()?")
 
 
 @cache
 def _fields(rule: str) -> frozenset[str] | None:
     """The fields of ``self``/``oldSelf`` that ``rule`` selects (``self.spec``, ``has(oldSelf.status)``),
     or None when the rule uses either in any other way (as a whole, an index, an optional or quoted
-    field, a macro variable of that name): then it needs the whole value. A name inside a string
+    field, a macro or function called on it, a macro variable of that name): then it needs the
+    whole value. A name inside a string
     literal only adds a field or makes it None: never fewer fields than the rule reads."""
     out = set()
     for m in _SELF.finditer(rule):
         f = _FIELD.match(rule, m.end())
-        if f is None:
+        if f is None or f.group(2):  # not a field: a macro or function on the whole value
             return None
         out.add(f.group(1))
     return frozenset(out)

@@ -43,7 +43,7 @@ from queueing.testing.openapi import openapi_v3
 from queueing.testing.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from queueing.testing.protobuf import PROTOBUF, ProtobufError, decode_access_review, decode_object
 from queueing.testing.resources import ResourceType
-from queueing.testing.store import CRD_KEY, ApiError, Store, StoreEvent, Watcher, dumps
+from queueing.testing.store import CRD_KEY, ApiError, Store, StoreEvent, Watcher, dumps, loads
 from queueing.testing.tables import table
 
 __all__ = ["Counts", "Emulator", "Faults", "RequestAttributes", "main", "manifest_files", "run_emulator"]
@@ -954,7 +954,7 @@ async def _body(request: web.Request) -> Any:
     try:
         if "yaml" in request.content_type:
             return yaml.safe_load(raw)
-        return json.loads(raw)
+        return loads(raw)
     except (ValueError, yaml.YAMLError) as e:
         raise ApiError.bad_request(f"the request body is not valid JSON: {e}") from e
 

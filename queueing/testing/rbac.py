@@ -18,12 +18,15 @@ Subjects: ``User``, ``Group`` and ``ServiceAccount``; a service-account user
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from queueing.dra.verify import VerifyError
 from queueing.testing.emulator import RequestAttributes
 from queueing.testing.store import Store
+from queueing.verify import verify_from_env
 
 __all__ = ["Grant", "RbacAuthorizer"]
 
@@ -57,12 +60,25 @@ def _resource_matches(resources: list[str] | None, resource: str, sub: str) -> b
     return False
 
 
+_Decision = tuple[str, int] | None  # (role label, rule index) of the granting rule, or None: denied
+
+
 @dataclass
 class RbacAuthorizer:
+    """Decisions are cached per (user, verb, group, resource, subresource, namespace, and name when a
+    rule names resources), until any RBAC object changes: the source's objects are compared by
+    identity with those the cache was built from (a stored object is never changed in place; a list
+    given to ``from_objects`` is read as it was). ``verify`` (``QUEUEING_VERIFY=1``): every cached
+    decision is checked against a fresh evaluation."""
+
     source: Callable[[], Iterable[dict[str, Any]]]
     superusers: frozenset[str] = frozenset({"admin"})
     denied: list[RequestAttributes] = field(default_factory=list)
     used: set[Grant] = field(default_factory=set)
+    verify: bool = field(default_factory=lambda: verify_from_env(os.environ))
+    _objects: tuple[dict[str, Any], ...] | None = field(default=None, repr=False)
+    _names_matter: bool = field(default=False, repr=False)
+    _decisions: dict[tuple[str, ...], _Decision] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_objects(
@@ -139,6 +155,38 @@ class RbacAuthorizer:
     def __call__(self, a: RequestAttributes) -> bool:
         if a.user in self.superusers:
             return True
+        objects = tuple(self.source())
+        was = self._objects
+        if (
+            was is None
+            or len(was) != len(objects)
+            or any(x is not y for x, y in zip(was, objects, strict=True))
+        ):
+            self._objects = objects  # held, so that no other object can take their ids
+            self._decisions.clear()
+            self._names_matter = any(
+                isinstance(r, dict) and r.get("resourceNames")
+                for o in objects
+                if o.get("kind") in ("Role", "ClusterRole")
+                for r in o.get("rules") or []
+            )
+        key: tuple[str, ...] = (a.user, a.verb, a.group, a.resource, a.subresource, a.namespace)
+        if self._names_matter:
+            key += (a.name,)
+        if key in self._decisions:
+            decision = self._decisions[key]
+            if self.verify and (fresh := self._decide(a)) != decision:
+                raise VerifyError("cached RBAC decision", decision, fresh, str(key))
+        else:
+            decision = self._decisions[key] = self._decide(a)
+        if decision is None:
+            self.denied.append(a)
+            return False
+        self.used.add(Grant(decision[0], decision[1], a.group, a.resource_key, a.verb))
+        return True
+
+    def _decide(self, a: RequestAttributes) -> _Decision:
+        """The rule that grants the request (its role's label and its index), or None."""
         for label, role in self._role_refs(a):
             for i, rule in enumerate(role.get("rules") or []):
                 if not _matches(rule.get("verbs"), a.verb):
@@ -150,10 +198,8 @@ class RbacAuthorizer:
                 names = rule.get("resourceNames")
                 if names and a.name not in names:
                     continue
-                self.used.add(Grant(label, i, a.group, a.resource_key, a.verb))
-                return True
-        self.denied.append(a)
-        return False
+                return label, i
+        return None
 
     # ------------------------------------------------------------ reporting
     def granted(self, subject_user: str) -> set[Grant]:

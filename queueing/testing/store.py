@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
+
 from queueing.api.validation import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from queueing.dra.verify import VerifyError
 from queueing.testing import builtin_rules, crd_rules, defaults
@@ -57,7 +59,16 @@ from queueing.testing.resources import BUILTINS, ResourceType, from_crd
 from queueing.testing.selectors import SelectorError, parse_field_selector, parse_label_selector
 from queueing.verify import verify_from_env
 
-__all__ = ["AdmissionHook", "AdmissionRequest", "ApiError", "Store", "StoreEvent", "Watcher"]
+__all__ = [
+    "AdmissionHook",
+    "AdmissionRequest",
+    "ApiError",
+    "Store",
+    "StoreEvent",
+    "Watcher",
+    "dumps",
+    "loads",
+]
 
 CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 EVENT_KEYS = frozenset({"/events", "events.k8s.io/events"})  # expire after ``event_ttl`` like etcd leases
@@ -169,8 +180,27 @@ class StoreEvent:
 
 
 def dumps(obj: Any) -> bytes:
-    """JSON bytes of an API object, as the emulator serves them."""
-    return json.dumps(obj, separators=(",", ":")).encode()
+    """JSON bytes of an API object, as the emulator serves them: orjson's (UTF-8 where ``json``
+    escapes non-ASCII, ``1e-05`` as ``0.00001``: the same JSON values; NaN and infinities, which are
+    not JSON, as null), or ``json``'s for what orjson
+    refuses (integers beyond 64 bits, keys that are not strings)."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+
+
+def loads(raw: bytes) -> Any:
+    """The JSON value of a request body: orjson's, or ``json``'s where orjson would differ or refuse
+    (orjson reads an integer beyond 64 bits as a float, and refuses NaN): a body with a run of 19
+    digits or more, or one orjson cannot read (``json``'s ValueError then names the problem)."""
+    if not _LONG_NUMBER.search(raw):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return orjson.loads(raw)
+    return json.loads(raw)
 
 
 @dataclass(eq=False)
