@@ -287,6 +287,7 @@ class Run:
     policy: str
     admitted: int = 0
     admitted_mig: int = 0
+    admitted_mig_units: Fraction = Fraction(0)  # their GPU units (memory slices / 8)
     decisions: int = 0
     cpu: float = 0.0
     waits: dict[str, list[float]] = field(default_factory=dict)
@@ -394,7 +395,9 @@ def replay(
                 p.start = t
                 running_units += p.shape.units
                 run.admitted += 1
-                run.admitted_mig += p.shape.kind == "mig"
+                if p.shape.kind == "mig":
+                    run.admitted_mig += 1
+                    run.admitted_mig_units += p.shape.units
                 run.waits.setdefault(p.shape.name, []).append(t - p.arrival)
                 heapq.heappush(events, (t + p.duration, 0, p.key))
             else:
@@ -447,7 +450,8 @@ def report(trace: str, runs: dict[str, Run]) -> None:
             late = [n for t, n in r.waiting_mig if t >= WARM_UP]
             print(
                 f"[{trace}] {r.policy:18s} MIG jobs waiting in {100 * sum(1 for n in late if n) / max(1, len(late)):.0f}% "
-                f"of the samples after the warm-up, {sum(late) / max(1, len(late)):.1f} on average"
+                f"of the samples after the warm-up, {sum(late) / max(1, len(late)):.1f} on average; "
+                f"memory slices per admitted MIG job {8 * float(r.admitted_mig_units) / r.admitted_mig:.2f}"
             )
     lf = runs[LEAST_FRAGMENTATION]
 
@@ -477,6 +481,10 @@ FIGURES: tuple[tuple[str, Any], ...] = (
     ("stranded GPUs", lambda r: avg(r, 2)),
     ("admitted jobs", lambda r: float(r.admitted)),
     ("admitted MIG jobs", lambda r: float(r.admitted_mig)),
+    (
+        "memory slices per admitted MIG job",
+        lambda r: 8 * float(r.admitted_mig_units) / r.admitted_mig if r.admitted_mig else None,
+    ),
     ("utilisation %", lambda r: 100 * avg(r, 1)),
     ("g8 mean wait (min)", lambda r: mean_wait(r, "g8")),
     ("g8 mean wait, with the unplaced (min)", lambda r: mean_wait(r, "g8", censored=True)),
