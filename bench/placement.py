@@ -3,7 +3,7 @@
 
     python bench/placement.py [--nodes 100] [--jobs 2000] [--load 1.3] [--seed 1]
                               [--trace mixed|alibaba|rack|mig|both|all] [--mig-nodes 12] [--mig-jobs 1500]
-                              [--milp-nodes 4,8] [--plots DIR] [--quick]
+                              [--seeds 1] [--milp-nodes 4,8] [--plots DIR] [--quick]
 
 Cluster: ``--nodes`` H200 nodes, 8 cards each, published with dynamic MIG as NVIDIA's DRA driver
 does (``tests/fixtures/dra/h200.py``: a counter set per card, one counter per memory slice, whole-GPU
@@ -32,6 +32,14 @@ policy), and solves the offline optimum of the same batch as a MILP (HiGHS, ``hi
 on which card and MIG start, under every counter of the card), and prints the gap. ``--plots DIR``
 writes PNGs of utilisation and stranded GPUs over time (matplotlib). docs/performance/placement.md
 records a run. ``--quick``: a small run for the smoke test.
+
+``--seeds N`` replays seeds ``--seed`` .. ``--seed``+N-1 (each a new arrival stream, both policies)
+and then summarises each figure over the seeds: per policy mean ± standard deviation [min .. max],
+and the change of LeastFragmentation against FirstFit seed by seed (paired: the same jobs), with
+its own spread, so a change can be told from the noise between seeds; the mean waits of 8- and
+16-GPU gangs are also pooled over every job of every seed. Waits "with the unplaced" count the
+jobs still waiting at the end with the wait they had then (otherwise a policy that leaves its
+longest waiters unplaced looks better for it).
 """
 
 from __future__ import annotations
@@ -279,6 +287,7 @@ class Run:
     policy: str
     admitted: int = 0
     admitted_mig: int = 0
+    admitted_mig_units: Fraction = Fraction(0)  # their GPU units (memory slices / 8)
     decisions: int = 0
     cpu: float = 0.0
     waits: dict[str, list[float]] = field(default_factory=dict)
@@ -289,6 +298,9 @@ class Run:
     preferred: int = 0
     preferred_minimal: int = 0
     samples: list[tuple[float, float, float]] = field(default_factory=list)  # (t, utilisation, stranded)
+    # jobs still waiting at the horizon: how long they had waited then (a policy that leaves its
+    # longest waiters unplaced must not look better for it: ``mean_wait(..., censored=True)``)
+    unplaced: dict[str, list[float]] = field(default_factory=dict)
     waiting_mig: list[tuple[float, int]] = field(default_factory=list)  # (t, MIG jobs waiting)
 
 
@@ -383,13 +395,18 @@ def replay(
                 p.start = t
                 running_units += p.shape.units
                 run.admitted += 1
-                run.admitted_mig += p.shape.kind == "mig"
+                if p.shape.kind == "mig":
+                    run.admitted_mig += 1
+                    run.admitted_mig_units += p.shape.units
                 run.waits.setdefault(p.shape.name, []).append(t - p.arrival)
                 heapq.heappush(events, (t + p.duration, 0, p.key))
             else:
                 failed.add(p.shape.name)
                 still.append(p)
         pending = still
+    for p in pending:
+        if p.arrival <= horizon:
+            run.unplaced.setdefault(p.shape.name, []).append(horizon - p.arrival)
     return run
 
 
@@ -405,6 +422,13 @@ def avg(r: Run, k: int) -> float:
     return sum(xs) / max(1, len(xs))
 
 
+def mean_wait(r: Run, shape: str, censored: bool = False) -> float | None:
+    """Mean wait of ``shape``'s admitted jobs (min); ``censored``: also the jobs still waiting at the
+    end, counted with the wait they had then (a lower bound of their wait)."""
+    w = r.waits.get(shape, []) + (r.unplaced.get(shape, []) if censored else [])
+    return sum(w) / len(w) / 60 if w else None
+
+
 def report(trace: str, runs: dict[str, Run]) -> None:
     ff = runs[FIRST_FIT]
     for r in runs.values():
@@ -416,24 +440,23 @@ def report(trace: str, runs: dict[str, Run]) -> None:
         )
         for name in sorted(r.waits, key=lambda n: (SHAPES[n].kind, float(SHAPES[n].units))):
             w = r.waits[name]
+            left = len(r.unplaced.get(name, []))
             print(
                 f"    {name:9s} n={len(w):5d}  mean wait {sum(w) / len(w) / 60:8.1f} min  p90 {p90(w) / 60:8.1f} min"
+                + (f"  ({left} still waiting at the end)" if left else "")
             )
     for r in runs.values():
         if r.admitted_mig:
             late = [n for t, n in r.waiting_mig if t >= WARM_UP]
             print(
                 f"[{trace}] {r.policy:18s} MIG jobs waiting in {100 * sum(1 for n in late if n) / max(1, len(late)):.0f}% "
-                f"of the samples after the warm-up, {sum(late) / max(1, len(late)):.1f} on average"
+                f"of the samples after the warm-up, {sum(late) / max(1, len(late)):.1f} on average; "
+                f"memory slices per admitted MIG job {8 * float(r.admitted_mig_units) / r.admitted_mig:.2f}"
             )
     lf = runs[LEAST_FRAGMENTATION]
 
-    def mean_wait(r: Run, shape: str) -> float:
-        w = r.waits.get(shape, [])
-        return sum(w) / len(w) if w else float("nan")
-
-    def change(new: float, old: float) -> str:
-        return f"{100 * (new - old) / old:+.1f}%" if old else "n/a"
+    def change(new: float | None, old: float | None) -> str:
+        return f"{100 * (new - old) / old:+.1f}%" if old and new is not None else "n/a"
 
     for r in runs.values():
         if r.required or r.preferred:
@@ -445,10 +468,73 @@ def report(trace: str, runs: dict[str, Run]) -> None:
     print(
         f"[{trace}] LeastFragmentation vs FirstFit: stranded {change(avg(lf, 2), avg(ff, 2))}, "
         f"MIG admitted {change(lf.admitted_mig, ff.admitted_mig)}, "
-        f"g8 mean wait {change(mean_wait(lf, 'g8'), mean_wait(ff, 'g8'))}, "
+        f"g8 mean wait {change(mean_wait(lf, 'g8'), mean_wait(ff, 'g8'))} "
+        f"(with the unplaced {change(mean_wait(lf, 'g8', True), mean_wait(ff, 'g8', True))}), "
         f"utilisation {change(avg(lf, 1), avg(ff, 1))}, "
         f"placement CPU x{(lf.cpu / max(1, lf.decisions)) / max(1e-12, ff.cpu / max(1, ff.decisions)):.2f}"
     )
+
+
+# ------------------------------------------------------------------ several seeds
+# the figures compared across seeds: (label, function of a run; None when the run has no such figure)
+FIGURES: tuple[tuple[str, Any], ...] = (
+    ("stranded GPUs", lambda r: avg(r, 2)),
+    ("admitted jobs", lambda r: float(r.admitted)),
+    ("admitted MIG jobs", lambda r: float(r.admitted_mig)),
+    (
+        "memory slices per admitted MIG job",
+        lambda r: 8 * float(r.admitted_mig_units) / r.admitted_mig if r.admitted_mig else None,
+    ),
+    ("utilisation %", lambda r: 100 * avg(r, 1)),
+    ("g8 mean wait (min)", lambda r: mean_wait(r, "g8")),
+    ("g8 mean wait, with the unplaced (min)", lambda r: mean_wait(r, "g8", censored=True)),
+    ("g16 mean wait, with the unplaced (min)", lambda r: mean_wait(r, "g16", censored=True)),
+    ("g1 mean wait, with the unplaced (min)", lambda r: mean_wait(r, "g1", censored=True)),
+    ("placement CPU (ms/decision)", lambda r: 1000 * r.cpu / max(1, r.decisions)),
+)
+
+
+def spread(xs: Sequence[float]) -> str:
+    """mean ± sample standard deviation [min .. max]"""
+    m = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+    return f"{m:8.2f} ± {sd:6.2f} [{min(xs):.2f} .. {max(xs):.2f}]"
+
+
+def summary(trace: str, per_seed: Sequence[dict[str, Run]], first_seed: int) -> None:
+    """Each figure over the seeds, per policy, and the change (LeastFragmentation vs FirstFit) seed
+    by seed: both policies replay the same jobs, so the paired change is what the policy did;
+    the spread between seeds says how far one seed's change can be trusted."""
+    n = len(per_seed)
+    print(f"[{trace}] summary over {n} seeds ({first_seed} .. {first_seed + n - 1}): mean ± sd [min .. max]")
+    for label, fig in FIGURES:
+        vals = {p: [fig(runs[p]) for runs in per_seed] for p in POLICIES}
+        if any(v is None for xs in vals.values() for v in xs):
+            continue
+        changes = [
+            100 * (lf - ff) / ff
+            for ff, lf in zip(vals[FIRST_FIT], vals[LEAST_FRAGMENTATION], strict=True)
+            if ff
+        ]
+        print(
+            f"[{trace}]   {label:40s} "
+            + "   ".join(f"{p} {spread(vals[p])}" for p in POLICIES)
+            + (f"   change % {spread(changes)}" if changes else "")
+        )
+    # waits pooled over the seeds (every job of every seed: steadier than a mean of ratios)
+    for shape in ("g8", "g16"):
+        pooled = {}
+        for p in POLICIES:
+            w = [
+                x for runs in per_seed for x in runs[p].waits.get(shape, []) + runs[p].unplaced.get(shape, [])
+            ]
+            pooled[p] = (sum(w) / len(w) / 60 if w else 0.0, len(w))
+        ff, lf = pooled[FIRST_FIT][0], pooled[LEAST_FRAGMENTATION][0]
+        print(
+            f"[{trace}]   {shape} mean wait pooled over the seeds, with the unplaced: "
+            + ", ".join(f"{p} {m:.2f} min (n={k})" for p, (m, k) in pooled.items())
+            + (f", change {100 * (lf - ff) / ff:+.1f}%" if ff else "")
+        )
 
 
 def plot(trace: str, runs: dict[str, Run], out: Path) -> None:
@@ -582,6 +668,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--load", type=float, default=1.3, help="offered load / capacity")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="replay seeds --seed .. --seed+N-1 and summarise them (mean, spread)",
+    )
     ap.add_argument("--trace", choices=["mixed", "alibaba", "rack", "mig", "both", "all"], default="all")
     ap.add_argument("--mig-nodes", type=int, default=12, help="mig trace: nodes (its jobs: --mig-jobs)")
     ap.add_argument("--mig-jobs", type=int, default=1500)
@@ -606,17 +698,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             n, n_jobs = args.mig_nodes, args.mig_jobs
         if args.quick and racks:
             racks, n = 2, 4
-        jobs = arrivals(trace, n_jobs, n * 8, args.load, args.seed)
-        horizon = jobs[-1].arrival  # measured while jobs still arrive
-        every = horizon / 200
-        where = f"{racks} racks x {n // racks} nodes" if racks else f"{n} H200 nodes"
-        print(f"[{trace}] {n_jobs} jobs over {horizon / 3600:.1f} h on {where}, load {args.load}")
-        runs: dict[str, Run] = {
-            p: replay(p, jobs, n, horizon, every, verify=args.verify, racks=racks) for p in POLICIES
-        }
-        report(trace, runs)
-        if args.plots is not None:
-            plot(trace, runs, args.plots)
+        per_seed: list[dict[str, Run]] = []
+        for seed in range(args.seed, args.seed + args.seeds):
+            jobs = arrivals(trace, n_jobs, n * 8, args.load, seed)
+            horizon = jobs[-1].arrival  # measured while jobs still arrive
+            every = horizon / 200
+            where = f"{racks} racks x {n // racks} nodes" if racks else f"{n} H200 nodes"
+            print(
+                f"[{trace}] {n_jobs} jobs over {horizon / 3600:.1f} h on {where}, load {args.load}, seed {seed}"
+            )
+            runs: dict[str, Run] = {
+                p: replay(p, jobs, n, horizon, every, verify=args.verify, racks=racks) for p in POLICIES
+            }
+            report(trace, runs)
+            per_seed.append(runs)
+            if args.plots is not None and seed == args.seed:
+                plot(trace, runs, args.plots)
+        if len(per_seed) > 1:
+            summary(trace, per_seed, args.seed)
     for n in [int(x) for x in args.milp_nodes.split(",") if x]:
         rng_jobs = arrivals("mixed", n * 8 * 3, n * 8, 1.0, args.seed + n)  # about 1.7x what fits
         fills = {p: static_fill(p, rng_jobs, n) for p in POLICIES}

@@ -9,10 +9,11 @@ devices, so the first placement it reaches is the best one by the score's order:
 * ``LeastFragmentation``: best fit at every level, measured by what a placement leaves placeable.
 
   - **Nodes**: fewest *whole free devices* first (untouched cards and free devices without
-    counters), then fewest free *GPU units* (a counter set, i.e. a partitionable GPU, counts by the
-    share of its representative counter still free; a device without counters counts 1 when free):
-    small jobs fill used nodes, MIG jobs go where a card is already partitioned, and whole nodes
-    stay free for whole-node gangs.
+    counters), then the most *pods running* (the node likely to drain last: one with few pods is
+    the likeliest to come free whole soon), then fewest free *GPU units* (a counter set, i.e. a
+    partitionable GPU, counts by the share of its representative counter still free; a device
+    without counters counts 1 when free): small jobs fill used nodes, MIG jobs go where a card is
+    already partitioned, and whole nodes stay free for whole-node gangs.
   - **Partitionable devices** (MIG): a candidate is ranked by the *loss* it causes on its card: the
     summed weight of the card's devices (every profile at every start position, and the whole GPU)
     that are placeable now and no longer placeable once the candidate's counters are taken. The
@@ -229,10 +230,12 @@ class Scorer:
         taken = usage.devices
         return sum(1 for k, _ in reps if not used.get(k)) + sum(1 for d in plain if not taken.get(d.key, 0))
 
-    def node_key(self, i: int, usage: Usage) -> tuple[int, float, int]:
+    def node_key(self, i: int, usage: Usage) -> tuple[int, int, float, int]:
         """Best fit: fewest whole free devices first (a whole-GPU pod fills the node it fits on most
-        tightly; a MIG pod goes where a card is already partitioned), then fewest free GPU units."""
-        return (self.whole_free(i, usage), self.free_units(i, usage), i)
+        tightly; a MIG pod goes where a card is already partitioned), then the most pods running
+        (the node that will take longest to drain: a node with few pods is the one most likely to
+        come free whole soon, so it is kept for last), then fewest free GPU units."""
+        return (self.whole_free(i, usage), -int(self.state.used[i]["pods"]), self.free_units(i, usage), i)
 
     def node_order(self, nodes: Sequence[int] | None = None) -> tuple[int, ...]:
         """``nodes`` (default all) by ``node_key``."""

@@ -129,6 +129,27 @@ def test_small_job_fills_the_used_node_and_keeps_a_whole_node_free() -> None:
     assert lf.nodes == {"default/z": "h200-1"}
 
 
+def test_among_equally_full_nodes_the_one_with_more_pods_takes_the_job() -> None:
+    """h200-0 runs one 4-GPU pod, h200-1 four 1-GPU pods: the same whole free cards and free units.
+    A 1-GPU job goes to h200-1 under LeastFragmentation (the node with more pods drains later; the
+    other is the likelier to come free whole), to h200-0 under first fit."""
+    st_ = state(n_nodes=3)
+    placed = [("a", "gpu4", 0)] + [(f"s{k}", "gpu1", 1) for k in range(4)]
+    for name, tmpl, node_i in placed:
+        r = place_scored([pod(name, tmpl)], st_, FIRST_FIT, nodes=[node_i])
+        assert r.transaction is not None
+        r.transaction.commit()
+    sc = Scorer(st_)
+    usage = st_.usage
+    assert sc.whole_free(0, usage) == sc.whole_free(1, usage) == 4
+    assert sc.free_units(0, usage) == sc.free_units(1, usage)
+    ff = place_scored([pod("z", "gpu1")], st_, FIRST_FIT)
+    assert ff.nodes == {"default/z": "h200-0"} and ff.transaction is not None
+    ff.transaction.discard()
+    lf = place_scored([pod("z", "gpu1")], st_, LEAST_FRAGMENTATION, scorer=sc)
+    assert lf.nodes == {"default/z": "h200-1"}
+
+
 def test_a_domain_restricts_the_nodes_and_explains_within_it() -> None:
     st_ = state(n_nodes=3, gpus=2)
     r = place_scored([pod(f"p{i}", "gpu2") for i in range(2)], st_, LEAST_FRAGMENTATION, nodes=[0, 2])

@@ -40,6 +40,43 @@ def test_placement_bench_small(tmp_path: Path) -> None:
     assert m and float(m.group(1)) > 0, text
 
 
+def test_placement_bench_seeds() -> None:
+    """``--seeds``: every seed replayed under both policies, then each figure's mean and spread per
+    policy and the paired change, and the 8-GPU waits pooled over the seeds."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "placement.py"),
+            "--quick",
+            "--trace",
+            "mixed",
+            "--seeds",
+            "2",
+            "--milp-nodes",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    for seed in (1, 2):
+        assert re.search(
+            rf"^\[mixed\] \d+ jobs over [\d.]+ h on 3 H200 nodes, load 1.3, seed {seed}$", text, re.M
+        ), text
+    assert re.search(r"^\[mixed\] summary over 2 seeds \(1 \.\. 2\)", text, re.M), text
+    num = r"-?[\d.]+ ± +[\d.]+ \[-?[\d.]+ \.\. -?[\d.]+\]"
+    for label in ("stranded GPUs", "admitted jobs", "utilisation %", "placement CPU \\(ms/decision\\)"):
+        assert re.search(rf"^\[mixed\]   {label} +FirstFit +{num} +LeastFragmentation +{num}", text, re.M), (
+            label,
+            text,
+        )
+    assert re.search(
+        r"g8 mean wait pooled over the seeds, with the unplaced: FirstFit [\d.]+ min \(n=\d+\)", text
+    ), text
+
+
 def test_mig_layout_picture(tmp_path: Path) -> None:
     png = tmp_path / "layout.png"
     out = subprocess.run(
