@@ -7,7 +7,9 @@ on 410 Gone (the resourceVersion was compacted away) LIST again; on any other fa
 5xx, client timeout) back off exponentially and re-WATCH (LIST again after repeated failures).
 
 kubernetes-asyncio's ``Watch`` is used for the stream; it is always given ``timeout_seconds`` so it
-never reconnects or retries a 410 by itself — this loop owns all of that.
+never reconnects or retries a 410 by itself — this loop owns all of that. Its lines are parsed with
+the client's ``loads`` (orjson, ``json``'s results); ERROR events and malformed lines go to
+kubernetes-asyncio's own ``unmarshal_event``, which raises what it always raised.
 
 Objects are parsed with the model class given (any ``KubeObject`` subclass); without one, the cache holds
 plain ``KubeObject``s (every field kept). An object the model rejects is left out of the cache and
@@ -41,7 +43,7 @@ from kubernetes_asyncio.watch import Watch
 from pydantic import ValidationError
 
 from queueing.api.base import KubeObject, format_validation_error
-from queueing.kube.client import KubeClient, Resource, allow_long_lines
+from queueing.kube.client import KubeClient, Resource, allow_long_lines, loads
 from queueing.kube.writes import describe_error
 
 __all__ = ["Handler", "Informer", "InformerStats"]
@@ -60,6 +62,33 @@ class InformerStats:
     errors: int = 0  # failed requests or streams (backed off)
     events: int = 0  # ADDED/MODIFIED/DELETED events applied
     bookmarks: int = 0
+
+
+class _Watch(Watch):
+    """kubernetes-asyncio's Watch, each line parsed once with orjson (``loads``); a line that is not an
+    ADDED/MODIFIED/DELETED/BOOKMARK event with an object is handed to ``Watch.unmarshal_event``."""
+
+    def __init__(self, verify: bool = False) -> None:
+        super().__init__()
+        self.verify = verify
+
+    def unmarshal_event(self, data: str | bytes, response_type: str | None) -> Any:
+        try:
+            js = loads(data, verify=self.verify)
+        except ValueError:
+            return data
+        obj = js.get("object") if isinstance(js, dict) else None
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        etype = js.get("type") if isinstance(js, dict) else None
+        if response_type or not isinstance(meta, dict) or etype not in _EVENT_TYPES:
+            return super().unmarshal_event(data, response_type)  # errors, bookmarks without metadata
+        js["raw_object"] = obj
+        if "resourceVersion" in meta:
+            self.resource_version = meta["resourceVersion"]
+        return js
+
+
+_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
 
 def _newer(rv: str, than: str | None) -> bool:
@@ -114,7 +143,7 @@ class Informer(Generic[T]):
         self._mirrors: list[Callable[[T | None, T | None], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._synced = asyncio.Event()
-        self._watch: Watch | None = None
+        self._watch: _Watch | None = None
         self._stopping = False
 
     def invalid_objects(self) -> list[tuple[KubeObject, str]]:
@@ -326,7 +355,7 @@ class Informer(Generic[T]):
     async def _watch_once(self) -> int:
         """One watch request until the stream ends; returns the number of events and bookmarks received.
         Raises ApiException (incl. 410) or connection errors."""
-        self._watch = Watch()
+        self._watch = _Watch(self.client.verify)
         self.stats.watches += 1
         received = 0
         try:
