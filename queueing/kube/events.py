@@ -69,8 +69,8 @@ class EventRecorder:
         *,
         repeat_interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
-        concurrency: int = 4,
-        buffer: int = 2000,
+        concurrency: int = 8,
+        buffer: int = 10000,
         drop_log_interval: float = 10.0,
     ) -> None:
         self.kube = kube

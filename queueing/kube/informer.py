@@ -24,7 +24,9 @@ function) sees every change of the cache, the watch's and those of ``observe``/`
 structure kept in step with the cache (the cluster cache) stays equal to it.
 
 ``transform`` cuts each object (the raw dict) down before it is parsed and kept, e.g. to a light
-projection of every Pod of the cluster (memory).
+projection of every Pod of the cluster (memory). ``metadata.managedFields`` is never kept (client-go's
+``TransformStripManagedFields``, as Kueue's manager sets it): nothing here reads it, and on a real API
+server it is often the largest part of an object (a write without it leaves the stored one as is).
 """
 
 from __future__ import annotations
@@ -239,6 +241,9 @@ class Informer(Generic[T]):
 
     def _parse(self, raw: dict[str, Any]) -> T | None:
         key = self._key(raw)
+        meta = raw.get("metadata")
+        if isinstance(meta, dict) and "managedFields" in meta:  # a copy: the caller's dict stays whole
+            raw = {**raw, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
         try:
             obj: T = self.model.model_validate(self.transform(raw) if self.transform is not None else raw)
         except ValidationError as e:

@@ -290,3 +290,22 @@ async def test_a_mirror_sees_observed_writes_and_a_transform_cuts_objects(kube: 
     await eventually(lambda: inf.stats.events >= 3, "the watch's events")
     assert mirror.state == {} and not mirror.problems
     await inf.stop()
+
+
+async def test_managed_fields_are_not_kept(kube: KubeClient) -> None:
+    """What a real API server adds to every object (the emulator does not): the cache leaves it out,
+    the dict given to ``observe`` keeps it."""
+    inf: Informer[Pod] = Informer(kube, PODS, Pod)
+    raw = await kube.create(PODS, pod("mf", {"x": "1"}))
+    managed = [
+        {
+            "manager": "kubectl",
+            "operation": "Update",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {}},
+        }
+    ]
+    raw["metadata"]["managedFields"] = managed
+    cached = inf.observe(raw)
+    assert cached is not None and cached.labels == {"x": "1"}
+    assert "managedFields" not in cached.metadata.to_dict() and raw["metadata"]["managedFields"] == managed
