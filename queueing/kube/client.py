@@ -267,6 +267,9 @@ class KubeClient:
         self.api = api
         self.timeout = timeout  # default total timeout of a request (watches pass their own)
         self.verify = verify_from_env(os.environ if environ is None else environ)
+        # the informers' table of repeated strings (``queueing.kube.informer.intern_strings``): one
+        # str object for each short value that many cached objects repeat
+        self.strings: dict[str, str] = {}
 
     async def raw(
         self,
