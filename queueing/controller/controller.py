@@ -164,6 +164,7 @@ class Controller(QueueSync):
 
     async def stop(self, graceful: bool = False) -> None:
         await self.end_leading(graceful)
+        await self.events.stop()  # the Events queued so far are written
         self._informers_running = False
         for i in self.informers:
             await i.stop()

@@ -4,20 +4,37 @@ Every kind is addressed the same way through a ``Resource`` (group, version, plu
 objects travel as plain JSON dicts (parsed into our pydantic models by the callers), so unknown fields
 survive and no kubernetes-asyncio model classes are involved. Errors are kubernetes-asyncio's
 ``ApiException`` (``.status``, ``.reason``, ``.body``), as with the generated APIs.
+
+A request goes out through the ApiClient's own aiohttp session (``rest_client.pool_manager``: its TLS,
+connection pool, proxy and TLS server name) with the headers the ApiClient would send (its default
+headers and cookie, and the auth headers of ``update_params_for_auth``, so token refresh hooks and
+exec plugins still run), but the body is serialised here, once, with orjson: the ApiClient's
+``call_api`` walks every body (``sanitize_for_serialization``) before rest.py ``json.dumps`` it, a tenth
+of the controller's CPU. Responses and watch lines are parsed with orjson too; whatever orjson
+refuses (NaN, integers beyond 64 bits, non-str keys) goes through ``json`` instead, so the results are
+``json``'s. In verify mode (``QUEUEING_VERIFY=1``) every body and response is also done with ``json``
+and a difference raises ``VerifyError``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+import aiohttp
+import orjson
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from queueing.dra.verify import VerifyError
+from queueing.verify import verify_from_env
 
 __all__ = [
     "CLUSTER_QUEUES",
@@ -47,7 +64,9 @@ __all__ = [
     "Resource",
     "allow_long_lines",
     "api_client_for_url",
+    "dumps",
     "load_api_client",
+    "loads",
     "queueing_resource",
     "skip_empty_env_lookups",
 ]
@@ -188,6 +207,44 @@ def allow_long_lines(resp: Any, limit: int = MAX_WATCH_LINE) -> Any:
     return resp
 
 
+def dumps(body: Any, *, verify: bool = False) -> bytes:
+    """A request body as JSON bytes: orjson, or ``json`` for what orjson refuses (non-str keys, integers
+    beyond 64 bits). ``verify``: the body also goes through ``json`` (as kubernetes-asyncio sends it),
+    and both must read back the same."""
+    try:
+        data = orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body).encode()
+    if verify:
+        fast, general = json.loads(data), json.loads(json.dumps(body))
+        if fast != general:
+            raise VerifyError("orjson request body", fast, general)
+    return data
+
+
+# 19 digits in a row: maybe an integer beyond 64 bits, which orjson reads as a float (json: an int)
+_LONG_DIGITS = re.compile(rb"\d{19}")
+_LONG_DIGITS_STR = re.compile(r"\d{19}")
+
+
+def loads(data: bytes | str, *, verify: bool = False) -> Any:
+    """JSON parsed: orjson, or ``json`` for what orjson refuses (NaN, Infinity) or reads differently
+    (integers of 19 digits or more: orjson makes floats of those beyond 64 bits); the same result as
+    ``json.loads``, which ``verify`` checks (types included)."""
+    long_digits = _LONG_DIGITS_STR if isinstance(data, str) else _LONG_DIGITS
+    if long_digits.search(data):  # type: ignore[arg-type]
+        return json.loads(data)
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+    if verify:
+        general = json.loads(data)
+        if json.dumps(value) != json.dumps(general):  # as text: 1.0 and 1 differ
+            raise VerifyError("orjson response", value, general)
+    return value
+
+
 def _query(params: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     for k, v in params.items():
@@ -200,9 +257,19 @@ def _query(params: dict[str, Any]) -> list[tuple[str, str]]:
 class KubeClient:
     """JSON-in, JSON-out REST calls through a kubernetes-asyncio ApiClient."""
 
-    def __init__(self, api: k8s.ApiClient, timeout: float | None = 60.0) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        timeout: float | None = 60.0,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.api = api
         self.timeout = timeout  # default total timeout of a request (watches pass their own)
+        self.verify = verify_from_env(os.environ if environ is None else environ)
+        # the informers' table of repeated strings (``queueing.kube.informer.intern_strings``): one
+        # str object for each short value that many cached objects repeat
+        self.strings: dict[str, str] = {}
 
     async def raw(
         self,
@@ -213,20 +280,31 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | None = None,
     ) -> Any:
-        """The aiohttp response, unread (the caller must release it); used for watches."""
-        headers = {"Accept": "application/json"}
-        if method in ("POST", "PUT", "PATCH", "DELETE"):
-            headers["Content-Type"] = content_type
-        return await self.api.call_api(
-            path,
-            method,
-            query_params=_query(query or {}),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
+        """The aiohttp response, unread (the caller must release it); used for watches. ``body``: bytes
+        are sent as they are, anything else as its JSON."""
+        api = self.api
+        headers = {"Accept": "application/json", "Content-Type": content_type, **api.default_headers}
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        params = _query(query or {})
+        await api.update_params_for_auth(headers, params, ["BearerToken"])
+        url = f"{api.configuration.host}{path}"
+        if params:
+            url += "?" + urlencode(params)
+        rest = api.rest_client
+        args: dict[str, Any] = {
+            "timeout": aiohttp.ClientTimeout(total=timeout) if timeout else aiohttp.ClientTimeout(),
+            "headers": headers,
+        }
+        if rest.proxy:
+            args["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            args["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            args["server_hostname"] = rest.server_hostname
+        if method in ("POST", "PUT", "PATCH", "DELETE") and body is not None:
+            args["data"] = body if isinstance(body, bytes) else dumps(body, verify=self.verify)
+        return await rest.pool_manager.request(method, url, **args)
 
     async def request(
         self,
@@ -236,7 +314,11 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        *,
+        parse: bool = True,
     ) -> Any:
+        """The response's JSON (None for an empty body, or with ``parse=False``: for a response nobody
+        reads, e.g. an Event's create); an error status raises ``ApiException``."""
         resp = await self.raw(method, path, query, body, content_type, timeout or self.timeout)
         try:
             data = await resp.read()
@@ -247,7 +329,7 @@ class KubeClient:
                 raise exc
         finally:
             resp.release()
-        return json.loads(data) if data else None
+        return loads(data, verify=self.verify) if data and parse else None
 
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         result: dict[str, Any] = await self.request("GET", res.path(namespace, name))

@@ -7,7 +7,9 @@ on 410 Gone (the resourceVersion was compacted away) LIST again; on any other fa
 5xx, client timeout) back off exponentially and re-WATCH (LIST again after repeated failures).
 
 kubernetes-asyncio's ``Watch`` is used for the stream; it is always given ``timeout_seconds`` so it
-never reconnects or retries a 410 by itself — this loop owns all of that.
+never reconnects or retries a 410 by itself — this loop owns all of that. Its lines are parsed with
+the client's ``loads`` (orjson, ``json``'s results); ERROR events and malformed lines go to
+kubernetes-asyncio's own ``unmarshal_event``, which raises what it always raised.
 
 Objects are parsed with the model class given (any ``KubeObject`` subclass); without one, the cache holds
 plain ``KubeObject``s (every field kept). An object the model rejects is left out of the cache and
@@ -22,7 +24,16 @@ function) sees every change of the cache, the watch's and those of ``observe``/`
 structure kept in step with the cache (the cluster cache) stays equal to it.
 
 ``transform`` cuts each object (the raw dict) down before it is parsed and kept, e.g. to a light
-projection of every Pod of the cluster (memory).
+projection of every Pod of the cluster (memory). ``metadata.managedFields`` is never kept (client-go's
+``TransformStripManagedFields``, as Kueue's manager sets it): nothing here reads it, and on a real API
+server it is often the largest part of an object (a write without it leaves the stored one as is).
+
+The short strings of every object (at most ``INTERN_MAX`` characters: namespaces, labels, images,
+condition types and reasons, timestamps, ...) are interned in the client's table (``KubeClient.strings``,
+shared by its informers) before the object is parsed, so the cached models of 15,000 Jobs and their
+Workloads hold one str per distinct value rather than one per object (about 2 KB less per Job). UIDs
+and resourceVersions, unique by nature, are left as they are; the table is emptied when it holds
+``INTERN_TABLE_MAX`` strings. In verify mode each object is also parsed without interning and must equal.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import copy
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -41,10 +53,11 @@ from kubernetes_asyncio.watch import Watch
 from pydantic import ValidationError
 
 from queueing.api.base import KubeObject, format_validation_error
-from queueing.kube.client import KubeClient, Resource, allow_long_lines
+from queueing.dra.verify import VerifyError
+from queueing.kube.client import KubeClient, Resource, allow_long_lines, loads
 from queueing.kube.writes import describe_error
 
-__all__ = ["Handler", "Informer", "InformerStats"]
+__all__ = ["INTERN_MAX", "INTERN_TABLE_MAX", "Handler", "Informer", "InformerStats", "intern_strings"]
 
 log = logging.getLogger("queueing.kube.informer")
 
@@ -60,6 +73,59 @@ class InformerStats:
     errors: int = 0  # failed requests or streams (backed off)
     events: int = 0  # ADDED/MODIFIED/DELETED events applied
     bookmarks: int = 0
+
+
+INTERN_MAX = 64  # longer strings are rarely repeated
+INTERN_TABLE_MAX = 200_000
+_UNIQUE_KEYS = frozenset({"uid", "resourceVersion"})  # never repeated: not worth a table entry
+
+
+def intern_strings(raw: Any, table: dict[str, str]) -> Any:
+    """Replace (in place) each str value of at most ``INTERN_MAX`` characters in the JSON value ``raw``
+    by the equal one of ``table`` (added when new); returns ``raw``. Keys need nothing: orjson reuses
+    one str per key already."""
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            if type(v) is str:
+                if len(v) <= INTERN_MAX and k not in _UNIQUE_KEYS:
+                    raw[k] = table.setdefault(v, v)
+            elif isinstance(v, dict | list):
+                intern_strings(v, table)
+    elif isinstance(raw, list):
+        for i, v in enumerate(raw):
+            if type(v) is str:
+                if len(v) <= INTERN_MAX:
+                    raw[i] = table.setdefault(v, v)
+            elif isinstance(v, dict | list):
+                intern_strings(v, table)
+    return raw
+
+
+class _Watch(Watch):
+    """kubernetes-asyncio's Watch, each line parsed once with orjson (``loads``); a line that is not an
+    ADDED/MODIFIED/DELETED/BOOKMARK event with an object is handed to ``Watch.unmarshal_event``."""
+
+    def __init__(self, verify: bool = False) -> None:
+        super().__init__()
+        self.verify = verify
+
+    def unmarshal_event(self, data: str | bytes, response_type: str | None) -> Any:
+        try:
+            js = loads(data, verify=self.verify)
+        except ValueError:
+            return data
+        obj = js.get("object") if isinstance(js, dict) else None
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        etype = js.get("type") if isinstance(js, dict) else None
+        if response_type or not isinstance(meta, dict) or etype not in _EVENT_TYPES:
+            return super().unmarshal_event(data, response_type)  # errors, bookmarks without metadata
+        js["raw_object"] = obj
+        if "resourceVersion" in meta:
+            self.resource_version = meta["resourceVersion"]
+        return js
+
+
+_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
 
 def _newer(rv: str, than: str | None) -> bool:
@@ -114,7 +180,7 @@ class Informer(Generic[T]):
         self._mirrors: list[Callable[[T | None, T | None], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._synced = asyncio.Event()
-        self._watch: Watch | None = None
+        self._watch: _Watch | None = None
         self._stopping = False
 
     def invalid_objects(self) -> list[tuple[KubeObject, str]]:
@@ -210,8 +276,18 @@ class Informer(Generic[T]):
 
     def _parse(self, raw: dict[str, Any]) -> T | None:
         key = self._key(raw)
+        meta = raw.get("metadata")
+        if isinstance(meta, dict) and "managedFields" in meta:  # a copy: the caller's dict stays whole
+            raw = {**raw, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
         try:
-            obj: T = self.model.model_validate(self.transform(raw) if self.transform is not None else raw)
+            data = self.transform(raw) if self.transform is not None else raw
+            general = self.model.model_validate(copy.deepcopy(data)) if self.client.verify else None
+            strings = self.client.strings
+            if len(strings) >= INTERN_TABLE_MAX:
+                strings.clear()
+            obj: T = self.model.model_validate(intern_strings(data, strings))
+            if general is not None and general != obj:
+                raise VerifyError("interned strings", obj, general, key)
         except ValidationError as e:
             msg = format_validation_error(e, f"{self.resource.kind or self.resource.plural} {key}")
             if self.invalid.get(key) != msg:
@@ -326,7 +402,7 @@ class Informer(Generic[T]):
     async def _watch_once(self) -> int:
         """One watch request until the stream ends; returns the number of events and bookmarks received.
         Raises ApiException (incl. 410) or connection errors."""
-        self._watch = Watch()
+        self._watch = _Watch(self.client.verify)
         self.stats.watches += 1
         received = 0
         try:

@@ -290,3 +290,48 @@ async def test_a_mirror_sees_observed_writes_and_a_transform_cuts_objects(kube: 
     await eventually(lambda: inf.stats.events >= 3, "the watch's events")
     assert mirror.state == {} and not mirror.problems
     await inf.stop()
+
+
+async def test_managed_fields_are_not_kept(kube: KubeClient) -> None:
+    """What a real API server adds to every object (the emulator does not): the cache leaves it out,
+    the dict given to ``observe`` keeps it."""
+    inf: Informer[Pod] = Informer(kube, PODS, Pod)
+    raw = await kube.create(PODS, pod("mf", {"x": "1"}))
+    managed = [
+        {
+            "manager": "kubectl",
+            "operation": "Update",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {}},
+        }
+    ]
+    raw["metadata"]["managedFields"] = managed
+    cached = inf.observe(raw)
+    assert cached is not None and cached.labels == {"x": "1"}
+    assert "managedFields" not in cached.metadata.to_dict() and raw["metadata"]["managedFields"] == managed
+
+
+async def test_short_strings_are_shared_between_cached_objects(emu: Emulator) -> None:
+    """Two Pods read through two informers of one client hold one str per repeated value (one
+    table), their UIDs untouched; in verify mode each is also parsed without the table and equal."""
+    from queueing.kube.client import api_client_for_url
+    from queueing.kube.informer import INTERN_MAX, intern_strings
+
+    api = api_client_for_url(emu.url, token="admin-token")
+    try:
+        kube = KubeClient(api, environ={"QUEUEING_VERIFY": "1"})
+        a_inf: Informer[Pod] = Informer(kube, PODS, Pod, label_selector="set=a")
+        b_inf: Informer[Pod] = Informer(kube, PODS, Pod, label_selector="set=b")
+        a = a_inf.observe(await kube.create(PODS, pod("pa", {"set": "a", "team": "blue"})))
+        b = b_inf.observe(await kube.create(PODS, pod("pb", {"set": "b", "team": "blue"})))
+        assert a is not None and b is not None
+        assert a.labels["team"] is b.labels["team"] and a.namespace is b.namespace
+        assert a.spec.containers[0].image is b.spec.containers[0].image == "x"
+        assert a.metadata.uid not in kube.strings and a.metadata.uid != b.metadata.uid
+    finally:
+        await api.close()
+    table: dict[str, str] = {}
+    long = "y" * (INTERN_MAX + 1)
+    raw = {"a": ["s", {"b": "s", "uid": "u"}], "c": long, "n": 1}
+    assert intern_strings(raw, table) == {"a": ["s", {"b": "s", "uid": "u"}], "c": long, "n": 1}
+    assert table == {"s": "s"}
