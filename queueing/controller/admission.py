@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import time
 from typing import Any
 
@@ -171,7 +172,7 @@ class AdmissionExecutor(Eviction):
                 refused,
             )
         for key, msg in list(invalid.items()):
-            await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", msg))
+            self._reasons_todo[key] = PendingReason(None, "Inadmissible", msg)
         draining = any(q.stop_policy == "HoldAndDrain" for q in specs.cluster_queues) or any(
             q.stop_policy == "HoldAndDrain" for q in specs.local_queues
         )
@@ -232,7 +233,7 @@ class AdmissionExecutor(Eviction):
             )
         spent = time.perf_counter() - t0
         for key, why in failed.items():
-            await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", why))
+            self._reasons_todo[key] = PendingReason(None, "Inadmissible", why)
         self.stats.cycles += 1
         if len(pw.backlog):
             self.metrics.admission_attempt("success" if result.admissions else "inadmissible", spent)
@@ -279,16 +280,12 @@ class AdmissionExecutor(Eviction):
             vwl = by_uid(vuid) if vuid else None
             if vuid is not None and vwl is not None and vuid not in self.evicting:
                 await self._start_eviction(vwl, drain.reason, drain.message)
-        # the reasons that changed since the last ones written (compared by groups: a run of
-        # workloads shares one reason object), each as written to its workload
-        changed = [(k, r) for k, r in self.reasons.changes(result.pending, pw.backlog) if k in by_key]
-        for i, (key, reason) in enumerate(changed):
-            try:
-                await self._set_pending(by_key[key], reason.for_workload(key))
-            except BaseException:
-                for k, _ in changed[i:]:
-                    self.reasons.forget(k)  # not written: compared again next time
-                raise
+        # the reasons that changed since the last ones reported (compared by groups: a run of
+        # workloads shares one reason object), each as written to its workload: written after the
+        # admissions' starts (_write_reasons)
+        for key, reason in self.reasons.changes(result.pending, pw.backlog):
+            if key in by_key:
+                self._reasons_todo[key] = reason.for_workload(key)
         self._pending_metrics(result.pending, by_key)
 
     def _as_admitted(self, uid: str, a: AdmittedWorkload) -> AdmittedWorkload:
@@ -625,6 +622,28 @@ class AdmissionExecutor(Eviction):
                 self.status_todo.discard(uid)
                 continue
             await self._write_admission(wl, adm, self.clock())
+
+    async def _write_reasons(self) -> None:
+        """The pending reasons the cycles gave (only those that changed), written after the cycle's
+        admissions and their starts: at most ``reasons_per_sync`` per sync, oldest first (the rest in
+        the next sync, which follows at once), side by side. A Workload admitted, finished or gone
+        meanwhile is skipped; one whose write failed keeps its place."""
+        todo = self._reasons_todo
+        if not todo:
+            return
+        batch = list(itertools.islice(todo.items(), self.reasons_per_sync))
+
+        async def write(item: tuple[str, PendingReason]) -> None:
+            key, reason = item
+            wl = self.workloads.get_key(key)
+            if wl is not None and self._pending_eligible(wl):
+                await self._set_pending(wl, reason)
+            if todo.get(key) is reason:
+                del todo[key]
+
+        await each(batch, write, limit=self.write_concurrency)
+        if todo:
+            self._wake.set()
 
     async def _set_pending(self, wl: Workload, reason: PendingReason) -> None:
         cur = wl.status.condition(QUOTA_RESERVED)
