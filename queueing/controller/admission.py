@@ -370,6 +370,7 @@ class AdmissionExecutor(Eviction):
         if not admits:
             return
         todo = [(wl, adm, admission_status(adm)) for wl, adm in admits]
+        self._upstream = None  # the binding decisions of their starts see the cluster as it is now
         reqs = [
             ledger_request(wl.metadata.uid or "", adm, a, self._claim_specs(wl), devices)
             for wl, adm, a in todo
@@ -387,7 +388,9 @@ class AdmissionExecutor(Eviction):
                 for wl, adm, a in todo:
                     self._admitted(wl, adm, a, now)
                 await each(
-                    todo, lambda t: self._write_admission(t[0], t[2], now), limit=self.write_concurrency
+                    todo,
+                    lambda t: self._write_admission(t[0], t[2], now, start=True),
+                    limit=self.write_concurrency,
                 )
                 return
         for (wl, adm, a), req in zip(todo, reqs, strict=True):
@@ -491,7 +494,7 @@ class AdmissionExecutor(Eviction):
             )
             return
         self._admitted(wl, adm, admission, now)
-        await self._write_admission(wl, admission, now)
+        await self._write_admission(wl, admission, now, start=True)
 
     def _admitted(self, wl: Workload, adm: CycleAdmission, admission: Admission, now: float) -> None:
         """What the controller keeps once the ledger holds an admission."""
@@ -535,7 +538,12 @@ class AdmissionExecutor(Eviction):
                 conds = with_condition(conds, done, "False", "Admitted", "admitted again", now, gen)
         return conds
 
-    async def _write_admission(self, wl: Workload, admission: Admission, now: float) -> None:
+    async def _write_admission(
+        self, wl: Workload, admission: Admission, now: float, *, start: bool = False
+    ) -> None:
+        """The admission's Workload status (the ledger holds it already), its Event, and with
+        ``start`` its object's start right after (each admission of a batch on its own: a Job
+        starts while the others' statuses are still being written)."""
         uid = wl.metadata.uid or ""
         cq = admission.cluster_queue
         conds = self._admission_conditions(wl, cq, now)
@@ -561,6 +569,12 @@ class AdmissionExecutor(Eviction):
         await self.events.emit(
             wl, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}; plan: {plan_summary(admission)}"
         )
+        if start and uid not in self.evicting and self.admissions.get(uid) is admission:
+            try:
+                await self._start_suspended(out, admission)
+            except Exception as e:  # the bind step tries again (the others' writes go on)
+                log.warning("%s not started yet: %s", wl.key, describe_error(e))
+                self._retry_later()
 
     async def _repair_admission(self, wl: Workload, admission: Admission, why: str) -> None:
         """The Workload's status disagrees with the ledger's open admission: it is rewritten from it

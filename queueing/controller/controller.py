@@ -20,7 +20,8 @@ Job starts) first and the bulk after it, bounded per sync (the next sync follows
    runs on; rewrites the status of an admitted Workload that no longer shows the ledger's admission;
 4. runs one scheduling cycle over the pending Workloads and executes its admissions: **ledger first**
    (quota and plan in one transaction), then the Workload's status (QuotaReserved, Admitted,
-   ``status.admission`` with the plan; retried until it holds); preemptions start their evictions;
+   ``status.admission`` with the plan; retried until it holds) and right after it, per admission,
+   the start of its Job (as in 5.); preemptions start their evictions;
 5. plan binding for admitted Workloads: the Job gets the placement gate (when needed), the planned
    node (when all its pods share one) and is unsuspended in one write; each gated pod gets its planned
    node (nodeSelector ``kubernetes.io/hostname``), its ResourceClaims get the planned allocation

@@ -67,3 +67,24 @@ async def test_a_turn_is_written_before_new_workloads_and_pending_reasons(
     started = _first_rv(emu, "jobs", "b", _unsuspended)
     created = min(_first_rv(emu, "workloads", f"job-{n}", lambda old, new: old is None) for n in news)
     assert finished < admitted < started < created
+
+
+async def test_an_admitted_job_starts_before_the_rest_of_its_cycle_is_written(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """A cycle admitting several Workloads: each Job is started right after its own Workload's
+    status, not after all of them (one write at a time here, so the order is the writes' order)."""
+    c = await harness.start()
+    c.write_concurrency = 1
+    names = ["x0", "x1", "x2"]
+    async with c._step:  # the three arrive for one sync: their Workloads are created together
+        for n in names:
+            await admin.create(JOBS, job(n))
+        await eventually(lambda: all(c.jobs.get(n, "default") for n in names), "the Jobs seen")
+    await eventually(lambda: all(running(emu, n, 1) for n in names), "all three run")
+    admitted = {n: _first_rv(emu, "workloads", f"job-{n}", _became_true("QuotaReserved")) for n in names}
+    started = {n: _first_rv(emu, "jobs", n, _unsuspended) for n in names}
+    first = min(started.values())
+    assert first < max(admitted.values()), (admitted, started)
+    for n in names:
+        assert admitted[n] < started[n]
