@@ -361,14 +361,23 @@ class AdmissionExecutor(Eviction):
     async def _admit_all(
         self, admits: list[tuple[Workload, CycleAdmission]], now: float, devices: DeviceIndex
     ) -> None:
-        """Carry out a cycle's admissions: the ledger first, all of them in one transaction (one at a
-        time when the batch is refused, so that a refusal stays with its workload), then the
-        Workloads' statuses, independent writes run side by side."""
+        """Carry out a cycle's admissions, in batches of ``admissions_per_transaction`` in the cycle's
+        order (the first Jobs start while the later batches are committed): per batch the ledger
+        first, all of it in one transaction (one at a time when the batch is refused, so that a
+        refusal stays with its workload), then the Workloads' statuses and the Jobs' starts,
+        independent writes run side by side."""
         if not admits or not self.may_act():
             return
         admits = await self._hold_in_use(admits, now)
-        if not admits:
-            return
+        n = max(1, self.admissions_per_transaction)
+        for i in range(0, len(admits), n):
+            if not self.may_act():
+                return
+            await self._admit_batch(admits[i : i + n], now, devices)
+
+    async def _admit_batch(
+        self, admits: list[tuple[Workload, CycleAdmission]], now: float, devices: DeviceIndex
+    ) -> None:
         todo = [(wl, adm, admission_status(adm)) for wl, adm in admits]
         self._upstream = None  # the binding decisions of their starts see the cluster as it is now
         reqs = [

@@ -312,6 +312,9 @@ class ControllerBase:
         # admissions and starts; at most this many per sync (controller/admission.py _write_reasons)
         self._reasons_todo: dict[str, PendingReason] = {}
         self.reasons_per_sync = 256
+        # a cycle's admissions are committed in ledger transactions of at most this many (in the
+        # cycle's order): the first Jobs start while the rest are committed
+        self.admissions_per_transaction = 64
         self._admitted_seen: dict[str, str] = {}  # uid -> key of the admissions the pending set knows
         # Workloads (keys) that no longer match their Job -> why: replaced (controller/eviction.py)
         self._to_replace: dict[str, str] = {}

@@ -73,9 +73,11 @@ async def test_an_admitted_job_starts_before_the_rest_of_its_cycle_is_written(
     emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
 ) -> None:
     """A cycle admitting several Workloads: each Job is started right after its own Workload's
-    status, not after all of them (one write at a time here, so the order is the writes' order)."""
+    status, not after all of them (one write at a time here, so the order is the writes' order),
+    and the ledger commits them in batches (of two here)."""
     c = await harness.start()
     c.write_concurrency = 1
+    c.admissions_per_transaction = 2
     names = ["x0", "x1", "x2"]
     async with c._step:  # the three arrive for one sync: their Workloads are created together
         for n in names:
