@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import re
 import time
 from typing import Any
 
@@ -282,10 +283,19 @@ class AdmissionExecutor(Eviction):
                 await self._start_eviction(vwl, drain.reason, drain.message)
         # the reasons that changed since the last ones reported (compared by groups: a run of
         # workloads shares one reason object), each as written to its workload: written after the
-        # admissions' starts (_write_reasons)
+        # admissions' starts (_write_reasons). The rest of a run whose head did not fit has the
+        # head's reason: when only its numbers moved (how many more are needed, how many fit), the
+        # message it shows stays (as Kueue rewrites only the workloads it tried); a head's is rewritten
+        tried = {key for _, key, _ in pending_groups(result.pending) if key is not None}
         for key, reason in self.reasons.changes(result.pending, pw.backlog):
-            if key in by_key:
-                self._reasons_todo[key] = reason.for_workload(key)
+            wl = by_key.get(key)
+            if wl is None:
+                continue
+            mine = reason.for_workload(key)
+            if key not in tried and _numbers_moved(wl, mine):
+                self._reasons_todo.pop(key, None)
+                continue
+            self._reasons_todo[key] = mine
         self._pending_metrics(result.pending, by_key)
 
     def _as_admitted(self, uid: str, a: AdmittedWorkload) -> AdmittedWorkload:
@@ -691,3 +701,20 @@ class AdmissionExecutor(Eviction):
         await self._patch_status(wl, {"conditions": _dump(conds), "reason": text[:REASON_MAX]})
         self.pending_reasons[wl.key] = reason
         await self.events.emit(wl, "Normal", reason.reason, text)
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def _numbers_moved(wl: Workload, reason: PendingReason) -> bool:
+    """The Workload shows this pending reason already but for its numbers (same reason, the same
+    words in its message)."""
+    cur = wl.status.condition(QUOTA_RESERVED)
+    text = reason.message or reason.reason
+    return (
+        cur is not None
+        and cur.status == "False"
+        and cur.reason == reason.reason
+        and cur.message != text
+        and _NUMBER.sub("#", cur.message or "") == _NUMBER.sub("#", text)
+    )

@@ -90,3 +90,34 @@ async def test_an_admitted_job_starts_before_the_rest_of_its_cycle_is_written(
     assert first < max(admitted.values()), (admitted, started)
     for n in names:
         assert admitted[n] < started[n]
+
+
+def _pending_message(emu: Emulator, name: str) -> str:
+    q = cond(workload(emu, f"job-{name}"), "QuotaReserved")
+    return str(q["message"]) if q is not None and q["status"] == "False" else ""
+
+
+async def test_the_rest_of_a_run_keeps_its_message_when_only_the_numbers_move(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """Two Workloads of one shape wait: the first (the one the cycle tried) is told how many GPUs it
+    lacks as that changes; the second has the first's reason and keeps its message while only the
+    numbers move (a change of its reason is written)."""
+    c = await harness.start()
+    for n in ("a", "b"):
+        await admin.create(JOBS, job(n, parallelism=4))  # 4 GPUs each: the quota of 8 in use
+        await eventually(lambda n=n: running(emu, n, 4), f"{n} runs")
+    for n in ("h1", "h2"):  # 8 GPUs each
+        await admin.create(JOBS, job(n, parallelism=2, template="gpu-4"))
+    more = "insufficient unused quota for gpu.example.com in flavor default, {} more needed"
+    await eventually(
+        lambda: (
+            _pending_message(emu, "h1") == more.format(8) and _pending_message(emu, "h2") == more.format(8)
+        ),
+        "both wait for 8 GPUs",
+    )
+    cluster.finish_pods("default", "b")
+    await eventually(lambda: _pending_message(emu, "h1") == more.format(4), "h1 lacks 4 now")
+    done = c.stats.synced
+    await eventually(lambda: c.wake() or c.stats.synced >= done + 2, "the sync that wrote it is over")
+    assert _pending_message(emu, "h2") == more.format(8)
