@@ -679,15 +679,8 @@ class AdmissionExecutor(Eviction):
             self._wake.set()
 
     async def _set_pending(self, wl: Workload, reason: PendingReason) -> None:
-        cur = wl.status.condition(QUOTA_RESERVED)
-        text = reason.message or reason.reason
-        if (
-            cur is not None
-            and cur.status == "False"
-            and cur.reason == reason.reason
-            and cur.message == text
-            and wl.status.reason == text[:REASON_MAX]
-        ):
+        shown, text = _pending_shown(wl, reason)
+        if shown == text and wl.status.reason == text[:REASON_MAX]:
             return
         conds = with_condition(
             wl.status.conditions,
@@ -706,15 +699,17 @@ class AdmissionExecutor(Eviction):
 _NUMBER = re.compile(r"\d+")
 
 
+def _pending_shown(wl: Workload, reason: PendingReason) -> tuple[str | None, str]:
+    """The message the Workload shows for this pending reason (None: it shows another reason, or
+    none), and the reason's own message."""
+    cur = wl.status.condition(QUOTA_RESERVED)
+    text = reason.message or reason.reason
+    same = cur is not None and cur.status == "False" and cur.reason == reason.reason
+    return (cur.message or "") if cur is not None and same else None, text
+
+
 def _numbers_moved(wl: Workload, reason: PendingReason) -> bool:
     """The Workload shows this pending reason already but for its numbers (same reason, the same
     words in its message)."""
-    cur = wl.status.condition(QUOTA_RESERVED)
-    text = reason.message or reason.reason
-    return (
-        cur is not None
-        and cur.status == "False"
-        and cur.reason == reason.reason
-        and cur.message != text
-        and _NUMBER.sub("#", cur.message or "") == _NUMBER.sub("#", text)
-    )
+    shown, text = _pending_shown(wl, reason)
+    return shown is not None and shown != text and _NUMBER.sub("#", shown) == _NUMBER.sub("#", text)
