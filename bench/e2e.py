@@ -310,6 +310,7 @@ async def run(args: argparse.Namespace) -> int:
             proc = await asyncio.create_subprocess_exec(
                 args.controller_python, "-m", "queueing", "run", "--config", str(config), "--kubeconfig", str(kubeconfig),
                 stdout=asyncio.subprocess.DEVNULL, stderr=(tmp / "controller.log").open("w"),
+                cwd=tmp,  # not a checkout: `-m queueing` imports the code installed for that interpreter
             )  # fmt: skip
             await wait_ready(health_port, proc)
             cpu0, _ = proc_stats(proc.pid)

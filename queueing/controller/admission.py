@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
+import re
 import time
 from typing import Any
 
@@ -171,7 +173,7 @@ class AdmissionExecutor(Eviction):
                 refused,
             )
         for key, msg in list(invalid.items()):
-            await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", msg))
+            self._reasons_todo[key] = PendingReason(None, "Inadmissible", msg)
         draining = any(q.stop_policy == "HoldAndDrain" for q in specs.cluster_queues) or any(
             q.stop_policy == "HoldAndDrain" for q in specs.local_queues
         )
@@ -232,7 +234,7 @@ class AdmissionExecutor(Eviction):
             )
         spent = time.perf_counter() - t0
         for key, why in failed.items():
-            await self._set_pending(by_key[key], PendingReason(None, "Inadmissible", why))
+            self._reasons_todo[key] = PendingReason(None, "Inadmissible", why)
         self.stats.cycles += 1
         if len(pw.backlog):
             self.metrics.admission_attempt("success" if result.admissions else "inadmissible", spent)
@@ -279,16 +281,21 @@ class AdmissionExecutor(Eviction):
             vwl = by_uid(vuid) if vuid else None
             if vuid is not None and vwl is not None and vuid not in self.evicting:
                 await self._start_eviction(vwl, drain.reason, drain.message)
-        # the reasons that changed since the last ones written (compared by groups: a run of
-        # workloads shares one reason object), each as written to its workload
-        changed = [(k, r) for k, r in self.reasons.changes(result.pending, pw.backlog) if k in by_key]
-        for i, (key, reason) in enumerate(changed):
-            try:
-                await self._set_pending(by_key[key], reason.for_workload(key))
-            except BaseException:
-                for k, _ in changed[i:]:
-                    self.reasons.forget(k)  # not written: compared again next time
-                raise
+        # the reasons that changed since the last ones reported (compared by groups: a run of
+        # workloads shares one reason object), each as written to its workload: written after the
+        # admissions' starts (_write_reasons). The rest of a run whose head did not fit has the
+        # head's reason: when only its numbers moved (how many more are needed, how many fit), the
+        # message it shows stays (as Kueue rewrites only the workloads it tried); a head's is rewritten
+        tried = {key for _, key, _ in pending_groups(result.pending) if key is not None}
+        for key, reason in self.reasons.changes(result.pending, pw.backlog):
+            wl = by_key.get(key)
+            if wl is None:
+                continue
+            mine = reason.for_workload(key)
+            if key not in tried and _numbers_moved(wl, mine):
+                self._reasons_todo.pop(key, None)
+                continue
+            self._reasons_todo[key] = mine
         self._pending_metrics(result.pending, by_key)
 
     def _as_admitted(self, uid: str, a: AdmittedWorkload) -> AdmittedWorkload:
@@ -364,15 +371,25 @@ class AdmissionExecutor(Eviction):
     async def _admit_all(
         self, admits: list[tuple[Workload, CycleAdmission]], now: float, devices: DeviceIndex
     ) -> None:
-        """Carry out a cycle's admissions: the ledger first, all of them in one transaction (one at a
-        time when the batch is refused, so that a refusal stays with its workload), then the
-        Workloads' statuses, independent writes run side by side."""
+        """Carry out a cycle's admissions, in batches of ``admissions_per_transaction`` in the cycle's
+        order (the first Jobs start while the later batches are committed): per batch the ledger
+        first, all of it in one transaction (one at a time when the batch is refused, so that a
+        refusal stays with its workload), then the Workloads' statuses and the Jobs' starts,
+        independent writes run side by side."""
         if not admits or not self.may_act():
             return
         admits = await self._hold_in_use(admits, now)
-        if not admits:
-            return
+        n = max(1, self.admissions_per_transaction)
+        for i in range(0, len(admits), n):
+            if not self.may_act():
+                return
+            await self._admit_batch(admits[i : i + n], now, devices)
+
+    async def _admit_batch(
+        self, admits: list[tuple[Workload, CycleAdmission]], now: float, devices: DeviceIndex
+    ) -> None:
         todo = [(wl, adm, admission_status(adm)) for wl, adm in admits]
+        self._upstream = None  # the binding decisions of their starts see the cluster as it is now
         reqs = [
             ledger_request(wl.metadata.uid or "", adm, a, self._claim_specs(wl), devices)
             for wl, adm, a in todo
@@ -390,7 +407,9 @@ class AdmissionExecutor(Eviction):
                 for wl, adm, a in todo:
                     self._admitted(wl, adm, a, now)
                 await each(
-                    todo, lambda t: self._write_admission(t[0], t[2], now), limit=self.write_concurrency
+                    todo,
+                    lambda t: self._write_admission(t[0], t[2], now, start=True),
+                    limit=self.write_concurrency,
                 )
                 return
         for (wl, adm, a), req in zip(todo, reqs, strict=True):
@@ -494,7 +513,7 @@ class AdmissionExecutor(Eviction):
             )
             return
         self._admitted(wl, adm, admission, now)
-        await self._write_admission(wl, admission, now)
+        await self._write_admission(wl, admission, now, start=True)
 
     def _admitted(self, wl: Workload, adm: CycleAdmission, admission: Admission, now: float) -> None:
         """What the controller keeps once the ledger holds an admission."""
@@ -538,7 +557,12 @@ class AdmissionExecutor(Eviction):
                 conds = with_condition(conds, done, "False", "Admitted", "admitted again", now, gen)
         return conds
 
-    async def _write_admission(self, wl: Workload, admission: Admission, now: float) -> None:
+    async def _write_admission(
+        self, wl: Workload, admission: Admission, now: float, *, start: bool = False
+    ) -> None:
+        """The admission's Workload status (the ledger holds it already), its Event, and with
+        ``start`` its object's start right after (each admission of a batch on its own: a Job
+        starts while the others' statuses are still being written)."""
         uid = wl.metadata.uid or ""
         cq = admission.cluster_queue
         conds = self._admission_conditions(wl, cq, now)
@@ -564,6 +588,12 @@ class AdmissionExecutor(Eviction):
         await self.events.emit(
             wl, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}; plan: {plan_summary(admission)}"
         )
+        if start and uid not in self.evicting and self.admissions.get(uid) is admission:
+            try:
+                await self._start_suspended(out, admission)
+            except Exception as e:  # the bind step tries again (the others' writes go on)
+                log.warning("%s not started yet: %s", wl.key, describe_error(e))
+                self._retry_later()
 
     async def _repair_admission(self, wl: Workload, admission: Admission, why: str) -> None:
         """The Workload's status disagrees with the ledger's open admission: it is rewritten from it
@@ -626,16 +656,31 @@ class AdmissionExecutor(Eviction):
                 continue
             await self._write_admission(wl, adm, self.clock())
 
+    async def _write_reasons(self) -> None:
+        """The pending reasons the cycles gave (only those that changed), written after the cycle's
+        admissions and their starts: at most ``reasons_per_sync`` per sync, oldest first (the rest in
+        the next sync, which follows at once), side by side. A Workload admitted, finished or gone
+        meanwhile is skipped; one whose write failed keeps its place."""
+        todo = self._reasons_todo
+        if not todo:
+            return
+        batch = list(itertools.islice(todo.items(), self.reasons_per_sync))
+
+        async def write(item: tuple[str, PendingReason]) -> None:
+            key, reason = item
+            wl = self.workloads.get_key(key)
+            if wl is not None and self._pending_eligible(wl):
+                await self._set_pending(wl, reason)
+            if todo.get(key) is reason:
+                del todo[key]
+
+        await each(batch, write, limit=self.write_concurrency)
+        if todo:
+            self._wake.set()
+
     async def _set_pending(self, wl: Workload, reason: PendingReason) -> None:
-        cur = wl.status.condition(QUOTA_RESERVED)
-        text = reason.message or reason.reason
-        if (
-            cur is not None
-            and cur.status == "False"
-            and cur.reason == reason.reason
-            and cur.message == text
-            and wl.status.reason == text[:REASON_MAX]
-        ):
+        shown, text = _pending_shown(wl, reason)
+        if shown == text and wl.status.reason == text[:REASON_MAX]:
             return
         conds = with_condition(
             wl.status.conditions,
@@ -649,3 +694,22 @@ class AdmissionExecutor(Eviction):
         await self._patch_status(wl, {"conditions": _dump(conds), "reason": text[:REASON_MAX]})
         self.pending_reasons[wl.key] = reason
         await self.events.emit(wl, "Normal", reason.reason, text)
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def _pending_shown(wl: Workload, reason: PendingReason) -> tuple[str | None, str]:
+    """The message the Workload shows for this pending reason (None: it shows another reason, or
+    none), and the reason's own message."""
+    cur = wl.status.condition(QUOTA_RESERVED)
+    text = reason.message or reason.reason
+    same = cur is not None and cur.status == "False" and cur.reason == reason.reason
+    return (cur.message or "") if cur is not None and same else None, text
+
+
+def _numbers_moved(wl: Workload, reason: PendingReason) -> bool:
+    """The Workload shows this pending reason already but for its numbers (same reason, the same
+    words in its message)."""
+    shown, text = _pending_shown(wl, reason)
+    return shown is not None and shown != text and _NUMBER.sub("#", shown) == _NUMBER.sub("#", text)

@@ -306,6 +306,13 @@ class ControllerBase:
         # at most this many Jobs get writes (Workload created, suspended) per sync: the rest wait for
         # the next, so that a burst of new Jobs does not hold up admissions, starts and finishes
         self.jobs_per_sync = 256
+        # pending reasons to write (key -> reason as written to it, oldest first), after the cycle's
+        # admissions and starts; at most this many per sync (controller/admission.py _write_reasons)
+        self._reasons_todo: dict[str, PendingReason] = {}
+        self.reasons_per_sync = 256
+        # a cycle's admissions are committed in ledger transactions of at most this many (in the
+        # cycle's order): the first Jobs start while the rest are committed
+        self.admissions_per_transaction = 64
         self._admitted_seen: dict[str, str] = {}  # uid -> key of the admissions the pending set knows
         # Workloads (keys) that no longer match their Job -> why: replaced (controller/eviction.py)
         self._to_replace: dict[str, str] = {}
@@ -547,6 +554,7 @@ class ControllerBase:
         if isinstance(obj, Workload):
             self._recorded.pop(uid, None)
             self.pending_reasons.pop(obj.key, None)
+            self._reasons_todo.pop(obj.key, None)
             owner = next((o for o in obj.metadata.owner_references or [] if o.controller), None)
             admission = self.admissions.get(uid)
             if owner is not None and owner.kind == "Job" and admission is not None:
@@ -767,6 +775,7 @@ class ControllerBase:
                 lambda: self.kube.get(WORKLOADS, wl.name, wl.namespace), what=f"get Workload {wl.key}"
             )
         self.workloads.observe(raw)
+        self._wake.set()  # its cycle is the next sync's (Workloads are created after the cycle)
 
     async def _patch(
         self,

@@ -181,9 +181,7 @@ class PlanBinding(ControllerBase):
             admission = self.admissions.get(uid)
             if wl is None or admission is None:
                 return
-            job = self._source_of(wl)
-            if job is not None and job.is_suspended() and not job.finished()[0]:
-                await self._start_job(wl, job, admission)
+            job = await self._start_suspended(wl, admission)
             pods = pods_of(wl)
             if any(_gated(p) for p in pods):
                 await self._bind_pods(wl, admission, pods)
@@ -205,6 +203,16 @@ class PlanBinding(ControllerBase):
             bind,
             limit=self.write_concurrency,
         )
+
+    async def _start_suspended(self, wl: Workload, admission: Admission) -> SuspendableJob | None:
+        """The admitted Workload's object held by suspend (its adapter, None for a pod group), started
+        if it is suspended and not finished. The admission executor calls it as soon as the Workload's
+        status holds (a Job starts while the rest of its cycle's admissions are written); the bind
+        step calls it for every admission (a start that failed or had to wait)."""
+        job = self._source_of(wl)
+        if job is not None and job.is_suspended() and not job.finished()[0]:
+            await self._start_job(wl, job, admission)
+        return job
 
     def _template_claims(self, wl: Workload, pod_set: str) -> bool:
         ps = wl.pod_set(pod_set)

@@ -6,24 +6,31 @@ by deltas, API writes) <- ``binding`` (plan binding) <- ``source`` (Jobs and pod
 objects) <- :class:`Controller` here (lifecycle, recovery, and the sync that runs them in order).
 
 One asyncio task runs :meth:`Controller.sync` whenever something it watches changed (every informer
-handler wakes it; writes that failed are retried by waking it again after a backoff). A sync:
+handler wakes it; writes that failed are retried by waking it again after a backoff). A sync runs the
+critical path of a turn (a Job ends -> its quota is released -> the next Workload is admitted -> its
+Job starts) first and the bulk after it, bounded per sync (the next sync follows at once):
 
 1. brings the ledger's queues in step with the ClusterQueues and LocalQueues;
-2. the integrated kinds held by suspend (Jobs, RayJobs, RayClusters, JobSets): suspends a labelled
-   object running without admission, creates its Workload, and at its end releases the quota (ledger
-   first) and marks the Workload Finished; the pod-gated kinds' gated pods join their groups;
+2. the integrated kinds held by suspend (Jobs, RayJobs, RayClusters, JobSets) that ended: their
+   quota is released (ledger first) and their Workloads marked Finished; the pod-gated kinds' gated
+   pods join their groups, and pod groups become Workloads or finish;
 3. records the Workloads it sees for the first time in the ledger (one transaction; waiting since
    their object's creation); a Workload recreated for an object that runs on takes over the admission
    of the deleted one; forgets admissions whose Workload is gone (ledger release) unless its object
    runs on; rewrites the status of an admitted Workload that no longer shows the ledger's admission;
 4. runs one scheduling cycle over the pending Workloads and executes its admissions: **ledger first**
    (quota and plan in one transaction), then the Workload's status (QuotaReserved, Admitted,
-   ``status.admission`` with the plan; retried until it holds); pending Workloads get their reason;
+   ``status.admission`` with the plan; retried until it holds) and right after it, per admission,
+   the start of its Job (as in 5.); preemptions start their evictions;
 5. plan binding for admitted Workloads: the Job gets the placement gate (when needed), the planned
    node (when all its pods share one) and is unsuspended in one write; each gated pod gets its planned
    node (nodeSelector ``kubernetes.io/hostname``), its ResourceClaims get the planned allocation
    (``planBindingMode: Full``), and the gate is removed;
-6. ClusterQueue and LocalQueue status (pending, reserving, admitted, flavors usage).
+6. the pending Workloads' reasons that changed (at most ``reasons_per_sync``, oldest first);
+7. the objects of the integrated kinds that need a write: one running without admission is
+   suspended, one without a Workload gets it (at most ``jobs_per_sync``); a new Workload joins the
+   next sync's cycle;
+8. ClusterQueue and LocalQueue status (pending, reserving, admitted, flavors usage).
 
 Decisions about admission come from the controller's own record (``admitted``: loaded from the
 ledger and the Workloads at start, changed only after the ledger committed), never from a possibly
@@ -36,6 +43,7 @@ import asyncio
 import contextlib
 import gc
 import time
+from collections.abc import Awaitable, Callable
 
 from queueing.api.v1beta1 import (
     ADMITTED,
@@ -134,6 +142,9 @@ class Controller(QueueSync):
         self._admitted_seen.clear()
         self._orphans.clear()
         self._status_check.clear()
+        for key in self._reasons_todo:  # not written: compared again by the next cycle
+            self.reasons.forget(key)
+        self._reasons_todo.clear()
         self.pending.mark_all()
         self._mark_all_sources()
         await self._sync_ledger_queues()
@@ -333,24 +344,62 @@ class Controller(QueueSync):
         )
 
     async def sync(self) -> None:
+        """One pass of the steps below, in order, each timed (``queueing_sync_step_seconds_total``).
+
+        What a turn waits for comes first: a Job's end releases its quota (``finish``), the cycle
+        admits the next Workloads (ledger first, then their status) and their Jobs start (``bind``).
+        The bulk comes after, each bounded per sync: the pending reasons of Workloads that did not
+        fit (``reasons``), Workloads for new Jobs (``new_objects``), the queue status. New Workloads
+        join the next sync's cycle, which follows at once."""
         if not self.may_act():
             return
         self.stats.syncs += 1
         self._note_admitted()
-        await self._sync_ledger_queues()
-        await self._sync_jobs()
-        await self._replace()
+        for step, run in self._steps():
+            t0 = time.perf_counter()
+            try:
+                await run()
+            finally:
+                self.metrics.sync_step(step, time.perf_counter() - t0)
+
+    def _steps(self) -> tuple[tuple[str, Callable[[], Awaitable[None]]], ...]:
+        """The sync's steps: (name for the metric, what it runs)."""
+        return (
+            ("queues", self._sync_ledger_queues),
+            ("finish", self._sync_finished),
+            ("replace", self._replace),
+            ("pod_groups", self._sync_all_pod_groups),
+            ("record", self._record_seen),
+            ("orphans", self._sync_orphans),
+            ("repair", self._sync_repairs),
+            ("evictions", self._sync_evictions),
+            ("cycle", self._schedule),
+            ("bind", self._bind),
+            ("reasons", self._write_reasons),
+            ("new_objects", self._sync_jobs),
+            ("queue_status", self._sync_queue_objects),
+        )
+
+    async def _sync_finished(self) -> None:
+        await self._sync_jobs(new=False)
+
+    async def _sync_all_pod_groups(self) -> None:
         await self._group_gated_pods()
         await self._sync_pod_groups()
-        await self._record_seen()
+
+    async def _sync_orphans(self) -> None:
         await self._adopt_orphans()
         await self._forget_deleted()
+
+    async def _sync_repairs(self) -> None:
         await self._write_pending_status()
         await self._repair_statuses()
+
+    async def _sync_evictions(self) -> None:
         await self._drive_evictions()
         await self._check_admitted()
-        await self._schedule()
-        await self._bind()
+
+    async def _sync_queue_objects(self) -> None:
         await self._release_in_use()
         await self._queue_status()
         await self._report_invalid_queues()

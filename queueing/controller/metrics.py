@@ -202,6 +202,15 @@ METRICS: tuple[MetricSpec, ...] = (
         None,
     ),
     MetricSpec(
+        "sync_step_seconds_total",
+        "counter",
+        ("step",),
+        "Seconds the leader spent in each step of its sync (`finish`, `cycle`, `bind`, `reasons`, "
+        "`new_objects`, `queue_status`, ...; see docs/concepts.md), waiting for the API and the ledger "
+        "included: which step a slow turn from a Job's end to the next Job's start waits for.",
+        None,
+    ),
+    MetricSpec(
         "periodic_job_runs_total",
         "counter",
         ("job", "result"),
@@ -346,6 +355,10 @@ class ControllerMetrics:
 
     def periodic_job_run(self, job: str, ok: bool) -> None:
         self._counter("periodic_job_runs_total", job, "success" if ok else "error").inc()
+
+    def sync_step(self, step: str, seconds: float) -> None:
+        """Time spent in one step of a sync (controller.py ``Controller.sync``)."""
+        self._counter("sync_step_seconds_total", step).inc(seconds)
 
     def set_stall(self, seconds: float, stalled: bool) -> None:
         """How long work has waited for a completed sync (see controller/health.py)."""

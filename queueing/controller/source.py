@@ -40,22 +40,26 @@ from queueing.scheduling.jobs import WorkloadError, job_counts
 
 
 class WorkloadSource(PlanBinding):
-    async def _sync_jobs(self) -> None:
+    async def _sync_jobs(self, *, new: bool = True) -> None:
         """Per integrated kind held by suspend whose informer is running: the objects whose delta
         arrived (or whose Workload's, or whose admission changed) since the last sync; every object
-        after a start or a resync. One kind's failure does not keep the others from their sync."""
+        after a start or a resync. One kind's failure does not keep the others from their sync.
+
+        ``new=False`` (the sync's first pass, before the cycle): only the objects that ended, whose
+        quota is released now; those that need a Workload or a suspension keep their place for the
+        pass after the cycle (``new=True``)."""
         failed: list[Exception] = []
         for src in self.sources.values():
             if not src.ready:
                 continue
             try:
-                await self._sync_source(src)
+                await self._sync_source(src, new=new)
             except Exception as e:
                 failed.append(e)
         if failed:
             raise failed[0]
 
-    async def _sync_source(self, src: KindSource) -> None:
+    async def _sync_source(self, src: KindSource, *, new: bool = True) -> None:
         if src.all_dirty:
             src.all_dirty = False
             src.dirty.clear()
@@ -64,10 +68,11 @@ class WorkloadSource(PlanBinding):
             keys = list(src.dirty)
             src.dirty.clear()
         try:
-            await self._sync_these(src, keys)
+            later = await self._sync_these(src, keys, new=new)
         except BaseException:
-            src.dirty.update(dict.fromkeys(keys))  # looked at again at the next sync
+            _requeue_first(src.dirty, keys)  # looked at again at the next sync
             raise
+        _requeue_first(src.dirty, later)
 
     def _owned_workload(self, owner_uid: str) -> Workload | None:
         key = self._owned.get(owner_uid)
@@ -80,7 +85,9 @@ class WorkloadSource(PlanBinding):
             for o in obj.metadata.owner_references or []
         )
 
-    async def _sync_these(self, src: KindSource, keys: list[str]) -> None:
+    async def _sync_these(self, src: KindSource, keys: list[str], *, new: bool = True) -> list[str]:
+        """The objects ``keys`` synced; returns the keys left for a later pass (not ``new``: those
+        that need a write other than their finish; beyond ``jobs_per_sync``: the rest)."""
         wpcs = {w.name: w.value for w in self.workload_priority_classes.list()}
         pcs = {p.name: p.value for p in self.priority_classes.list()}
         accept = self.config.accept_kueue_labels
@@ -109,8 +116,11 @@ class WorkloadSource(PlanBinding):
                 FINISHED
             ):
                 finished.append((wl, succeeded, obj))
-        if len(todo) > self.jobs_per_sync:  # the rest in the next sync (finishes are never held back)
-            src.dirty.update(dict.fromkeys(o.key for o in todo[self.jobs_per_sync :]))
+        later: list[str] = []
+        if not new:  # the finishes now; the rest after the cycle
+            later, todo = [o.key for o in todo], []
+        elif len(todo) > self.jobs_per_sync:  # the rest in the next sync (finishes are never held back)
+            later = [o.key for o in todo[self.jobs_per_sync :]]
             todo = todo[: self.jobs_per_sync]
             self._wake.set()
 
@@ -141,8 +151,8 @@ class WorkloadSource(PlanBinding):
         # raised after both
         failed: list[Exception] = []
         steps: tuple[Callable[[], Awaitable[None]], ...] = (
+            lambda: self._finish_all(finished),  # first: quota released before anything else waits
             lambda: each(todo, sync, limit=self.write_concurrency),
-            lambda: self._finish_all(finished),
         )
         for step in steps:
             try:
@@ -151,6 +161,7 @@ class WorkloadSource(PlanBinding):
                 failed.append(e)
         if failed:
             raise failed[0]
+        return later
 
     async def _group_gated_pods(self) -> None:
         """The gated pods of the pod-gated kinds (StatefulSet, Deployment, LeaderWorkerSet) join their
@@ -364,3 +375,14 @@ class WorkloadSource(PlanBinding):
             )
             log.info("Workload %s %s", wl.key, msg)
             await self.events.emit(wl, "Normal", "AdmissionTakenOver", msg)
+
+
+def _requeue_first(dirty: dict[str, None], keys: list[str]) -> None:
+    """``keys`` back into an ordered set of keys to look at, ahead of those that came meanwhile (in
+    place: the informers' deltas add to the same dict)."""
+    if not keys:
+        return
+    rest = list(dirty)
+    dirty.clear()
+    dirty.update(dict.fromkeys(keys))
+    dirty.update(dict.fromkeys(rest))

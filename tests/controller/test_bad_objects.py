@@ -393,7 +393,9 @@ async def test_a_cluster_queue_the_database_refuses_is_isolated_on_postgresql(
         )
         print(f"\n{msg}")
         assert "ClusterQueue long-cq: the ledger refused it: value too long" in msg and "[SQL" not in msg
-        assert "ClusterQueue long-cq is inactive" in pending_message(emu, "bad")
+        await eventually(
+            lambda: "ClusterQueue long-cq is inactive" in pending_message(emu, "bad"), "bad says why it waits"
+        )
         alive(c)
     finally:
         await harness.stop()
