@@ -402,6 +402,9 @@ class Allocator:
         self._shape_ids: dict[tuple[object, ...], int] = {}  # see ``PreparedClaim.shape_id``
         # id(candidates) -> (candidates, clean: no CEL error, plain: see ``greedy_fill``)
         self._flags: dict[int, tuple[tuple[_Candidate, ...], bool, bool]] = {}
+        # (id(plain candidates), request) -> (candidates, their picks for the request, in order):
+        # a pick is a value of (candidate, request), made once (``_fill_plain``)
+        self._plain_picks: dict[tuple[int, str], tuple[tuple[_Candidate, ...], tuple[Pick, ...]]] = {}
         # claims' shape ids -> ``_layout`` of claims of those shapes
         self._layouts: dict[tuple[int, ...], tuple[int, bool]] = {}
         # claims' shape ids -> whether ``allocate_on`` runs ``_validate`` for claims of those shapes
@@ -1134,24 +1137,40 @@ class Allocator:
         if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
             return out, False
         taken = usage.devices
-        free = [c for c in cands if not taken.get(c.dev.key, 0) > 0]
+        request = a.request
+        picks = self._plain_picks_of(cands, request)
+        free = [p for c, p in zip(cands, picks, strict=True) if not taken.get(c.dev.key, 0) > 0]
         count = a.count
         assert need == count
         m = min(limit, len(free) // count)
-        request = a.request
         before = ((),) * ci
         after = ((),) * (n - ci - 1)
         for j in range(m):
-            got = tuple(
-                Pick(c.dev, request, False, c.dev.consumes, c.capacity)
-                for c in free[j * count : (j + 1) * count]
-            )
+            got = tuple(free[j * count : (j + 1) * count])
             usage.take_all(got)
             out.append((got,) if n == 1 else (*before, got, *after))
         if m < limit:
             self._fail[fail_key] = (usage.token, usage.epoch)
             return out, False
         return out, None
+
+    def _plain_picks_of(self, cands: tuple[_Candidate, ...], request: str) -> tuple[Pick, ...]:
+        """The pick of each of these plain candidates for ``request`` (what ``_greedy`` takes:
+        no admin access, the device's counters, the candidate's capacity), made once per candidate
+        list (kept by identity); verify mode checks a kept tuple against picks made afresh."""
+        key = (id(cands), request)
+        hit = self._plain_picks.get(key)
+        if hit is not None and hit[0] is cands:
+            if self.verify:
+                fresh = tuple(Pick(c.dev, request, False, c.dev.consumes, c.capacity) for c in cands)
+                if fresh != hit[1]:
+                    raise VerifyError("Allocator._plain_picks_of", hit[1], fresh, f"request {request}")
+            return hit[1]
+        if len(self._plain_picks) >= 100_000:
+            self._plain_picks.clear()
+        picks = tuple(Pick(c.dev, request, False, c.dev.consumes, c.capacity) for c in cands)
+        self._plain_picks[key] = (cands, picks)
+        return picks
 
     def _greedy(
         self,
