@@ -966,7 +966,7 @@ class DraPlacer:
                 owned.append((sps.claims[0][1], all_picks[start:]))
         charges, classes = charge_own_claims(owned)
         plan = DraPlan(tuple(plans), (), classes)
-        dev = {r: Fraction(v) for r, v in charges.items() if v}
+        dev = {r: v if type(v) is Fraction else Fraction(v) for r, v in charges.items() if v}
         # a pod set's requests times its pods on a node: the sum ``_info`` adds up pod by pod
         totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]] = []
         for i, by_group in per.items():
@@ -1027,9 +1027,8 @@ class DraPlacer:
                 if used:
                     frac = max(frac, float(used / cap))
             busy += min(frac, 1.0)
-        for key in lone:
-            if u.devices.get(key):
-                busy += 1
+        taken = u.devices
+        busy += sum(1 for key in lone.intersection(taken) if taken[key])  # the set walked at C speed
         multi = {k for k, _ in u.capacity}
         busy += sum(1 for k in multi if k in lone)
         return busy

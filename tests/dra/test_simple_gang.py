@@ -698,16 +698,17 @@ def test_plain_picks_are_kept_per_candidate_list_and_request(seed: int) -> None:
                 cands = tuple(list(cands))  # equal, another object when not empty
             if rng.random() < 0.2:  # another list's entry under this list's id
                 other = rng.choice(lists)
-                alloc._plain_picks[(id(cands), "r")] = (other, alloc._plain_picks_of(other, "r"))
+                alloc._plain_picks[(id(cands), "r")] = (other, *alloc._plain_picks_of(other, "r"))
             request = rng.choice(["r", "g", "a/b"])
-            got = alloc._plain_picks_of(cands, request)
+            keys, got = alloc._plain_picks_of(cands, request)
             want = tuple(Pick(c.dev, request, False, c.dev.consumes, c.capacity) for c in cands)
             assert [_pick(p) for p in got] == [_pick(p) for p in want]
-            assert alloc._plain_picks_of(cands, request) is got  # kept
+            assert keys == tuple(c.dev.key for c in cands)
+            assert alloc._plain_picks_of(cands, request)[1] is got  # kept
         if verify and lists[0]:
             cands = lists[0]
             wrong = tuple(Pick(c.dev, "other", False, c.dev.consumes, c.capacity) for c in cands)
-            alloc._plain_picks[(id(cands), "r")] = (cands, wrong)
+            alloc._plain_picks[(id(cands), "r")] = (cands, tuple(c.dev.key for c in cands), wrong)
             with pytest.raises(VerifyError, match="_plain_picks_of"):
                 alloc._plain_picks_of(cands, "r")
 
