@@ -657,7 +657,8 @@ class DraPlacer:
         # plan: most plans are tried and dropped within a cycle), as ``cached_property`` keeps a value
         self._plan_token = object()
         self._published: frozenset[str] | None = None  # see ``_published_resources``
-        self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str, tuple[str, ...]]] = {}
+        # (namespace, pod set, fit signature) -> ``_demand``
+        self._demand_cache: dict[tuple[str, str, str], tuple[int, str, tuple[str, ...]]] = {}
         # DeviceClass names -> nodes (cluster order) that have devices of every one of them
         self._class_nodes: dict[tuple[str, ...], frozenset[str]] = {}
         # (claim name, (request, device) picked) -> plan of a pod's claim (see ``_planned``)
@@ -1127,15 +1128,30 @@ class DraPlacer:
                 raise VerifyError("DraPlacer._published_resources", sorted(self._published), sorted(fresh))
         return self._published
 
-    def _demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str, tuple[str, ...]]:
+    def _demand(self, namespace: str, dps: DraPodSet, signature: str) -> tuple[int, str, tuple[str, ...]]:
         """Devices each pod of the pod set needs at least on any node (ExactCount requests of its
         per-pod claims, and extended resources backed by DRA that no node publishes in allocatable:
         a node that publishes one serves it through its device plugin, with no device of ours), the
-        claim asking for most (for messages) and the DeviceClasses counted."""
-        key = (namespace, dps.name, id(dps))
+        claim asking for most (for messages) and the DeviceClasses counted.
+
+        Kept per namespace, pod set name and ``signature`` (the ``DraRequest.signature`` the pod set
+        is of): it reads only what the signature is made of (the claims, the templates' resource
+        claims and containers' requests, fields of ``placement_view``), so the pod sets of every
+        workload of one fit signature share one entry, whatever their labels, names and commands;
+        verify mode checks a kept entry against the pod set's own computation."""
+        key = (namespace, dps.name, signature)
         hit = self._demand_cache.get(key)
-        if hit is not None and hit[0] is dps:
-            return hit[1], hit[2], hit[3]
+        if hit is not None:
+            if self.verify:
+                fresh = self._compute_demand(namespace, dps)
+                if fresh != hit:
+                    raise VerifyError("DraPlacer._demand (by signature)", hit, fresh, f"pod set {dps.name}")
+            return hit
+        got = self._demand_cache[key] = self._compute_demand(namespace, dps)
+        return got
+
+    def _compute_demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str, tuple[str, ...]]:
+        """``_demand`` of this very pod set."""
         cs = self.cluster
         total, most, what = 0, 0, ""
         counted: set[str] = set()
@@ -1178,9 +1194,7 @@ class DraPlacer:
                 counted.add(cs.extended_classes[res])
                 if n > most:
                     most, what = n, f"extended resource {res}: {n} x {cs.extended_classes[res]}"
-        classes_out = tuple(sorted(counted))
-        self._demand_cache[key] = (dps, total, what, classes_out)
-        return total, what, classes_out
+        return total, what, tuple(sorted(counted))
 
     def _with_classes(self, classes: tuple[str, ...]) -> frozenset[str]:
         """Nodes that have devices of every one of these DeviceClasses (computed once per set)."""
@@ -1202,7 +1216,7 @@ class DraPlacer:
             dps = req.pod_set(ps.name)
             if not n or dps is None:
                 continue
-            k, what, classes = self._demand(workload.namespace, dps)
+            k, what, classes = self._demand(workload.namespace, dps, req.signature)
             if not k:
                 continue
             if free is None:
