@@ -18,7 +18,9 @@ Modes:
   and the kubelet (Running, then Succeeded after the run time).
 
 It reports wall time (first arrival to last finish), device utilisation (GPU-seconds of admitted runs
-over GPUs x wall), mean and p90 time from Job creation to admission per class, API writes per
+over GPUs x wall), the quota usage as Kueue's runner computes its "utilisation" (the ClusterQueues'
+``status.flavorsUsage`` integrated over time, over nominal quota x the time between the first and last
+ClusterQueue event: quota held from admission to release, the figure Kueue's 55.9 % is), mean and p90 time from Job creation to admission per class, API writes per
 admitted workload, the controller's CPU seconds and peak RSS, the bench process's CPU seconds (the API emulator
 and the stand-ins: what the API side cost), the cycles it ran, and the admission
 rate. ``--fraction`` scales the number of workloads per queue. Results: docs/performance.md.
@@ -45,6 +47,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import admission
 
+from queueing.api.quantity import parse_quantity
 from queueing.testing import Emulator, run_emulator
 from queueing.testing.cluster import StandIns, condition_true
 from queueing.testing.emulator import WRITE_VERBS
@@ -107,6 +110,57 @@ class Recorder:
         elif suspended and name in self.running:
             self.gpu_seconds += self.units[name] * (now - self.running.pop(name))
             self.evictions += 1
+
+
+class QuotaUsage:
+    """Quota usage as Kueue's runner measures it (test/performance/scheduler/runner/recorder): each
+    ClusterQueue's ``status.flavorsUsage`` (first flavor, first resource) integrated over the time
+    between its status events, summed over the ClusterQueues, over their nominal quota times the time
+    from the first to the last ClusterQueue event. Quota a Workload holds counts from its admission to
+    its release, whether its Job runs yet or not: Kueue's "utilisation" (55.9 % for this shape)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[float, float]] = {}  # CQ -> (time, usage)
+        self.used = 0.0  # usage x seconds
+        self.nominal: dict[str, float] = {}
+        self.first: float | None = None
+        self.last_time = 0.0
+
+    def on_cq(self, cq: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        name = cq["metadata"]["name"]
+        flavors = (cq.get("status") or {}).get("flavorsUsage") or []
+        resources = flavors[0].get("resources") or [] if flavors else []
+        usage = float(parse_quantity(str(resources[0].get("total", "0"))).value) if resources else 0.0
+        groups = (cq.get("spec") or {}).get("resourceGroups") or []
+        with contextlib.suppress(IndexError, KeyError, TypeError):
+            nominal = groups[0]["flavors"][0]["resources"][0]["nominalQuota"]
+            self.nominal[name] = float(parse_quantity(str(nominal)).value)
+        prev = self.last.get(name)
+        if prev is not None:
+            self.used += prev[1] * (now - prev[0])
+        self.last[name] = (now, usage)
+        self.first = now if self.first is None else self.first
+        self.last_time = now
+
+    def percent(self) -> float:
+        elapsed = self.last_time - (self.first or self.last_time)
+        quota = sum(self.nominal.values())
+        return self.used * 100 / (quota * elapsed) if quota and elapsed > 0 else float("nan")
+
+
+async def watch_cluster_queues(emu: Emulator, usage: QuotaUsage) -> None:
+    rt = emu.store.resource("clusterqueues", "queueing.dra.io")
+    w = emu.store.watch(rt, None, "0", None, None, False, shared=True)  # read only; from the start
+    try:
+        while True:
+            ev = await w.queue.get()
+            if ev is None:
+                return
+            if ev.get("type") in ("ADDED", "MODIFIED"):
+                usage.on_cq(ev["object"])
+    finally:
+        emu.store.unwatch(w)
 
 
 async def watch_jobs(emu: Emulator, rec: Recorder) -> None:
@@ -264,6 +318,8 @@ async def run(args: argparse.Namespace) -> int:
             t0, bench_cpu0 = time.perf_counter(), time.process_time()
             rec = Recorder(t0, units, size)
             watcher = asyncio.create_task(watch_jobs(emu, rec))
+            quota = QuotaUsage()
+            cq_watcher = asyncio.create_task(watch_cluster_queues(emu, quota))
             last_report = t0
             async with StandIns(emu, pods=args.mode == "full"):
                 for arrival, _, job in jobs:
@@ -288,6 +344,7 @@ async def run(args: argparse.Namespace) -> int:
                 wall = time.perf_counter() - t0
                 bench_cpu = time.process_time() - bench_cpu0
             watcher.cancel()
+            cq_watcher.cancel()
             cpu1, rss = proc_stats(proc.pid)
             counts = emu.writes_by(CONTROLLER_USER).since(writes0)
             writes = counts.writes()
@@ -308,6 +365,10 @@ async def run(args: argparse.Namespace) -> int:
     )
     print(f"wall {wall:.1f}s, {len(rec.finished)}/{len(jobs)} finished; last arrival {jobs[-1][0]:.1f}s")
     print(f"device utilisation {rec.gpu_seconds / (total_gpus * wall) * 100:.1f}% of {total_gpus} GPUs")
+    print(
+        f"quota usage as Kueue's runner measures it (ClusterQueue flavorsUsage over time / nominal quota): "
+        f"{quota.percent():.1f}%"
+    )
     print(
         f"{rec.admissions} admissions ({len(rec.admitted)} workloads), {rec.evictions} evictions, "
         f"admission rate {rec.admissions / wall:.1f}/s"

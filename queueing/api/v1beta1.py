@@ -109,6 +109,16 @@ TERMINATING = "Terminating"
 # on ClusterQueues, LocalQueues, ResourceFlavors and Cohorts that admitted workloads use (Kueue's
 # kueue.x-k8s.io/resource-in-use): their deletion waits until those workloads are gone
 RESOURCE_IN_USE_FINALIZER = "queueing.dra.io/resource-in-use"
+# labels, annotations and scheduling gates the controller puts on users' objects and their pods
+QUEUE_LABEL = "queueing.dra.io/queue-name"
+WORKLOAD_UID_LABEL = "queueing.dra.io/workload-uid"  # on the pod template of an admitted Job
+POD_SET_LABEL = "queueing.dra.io/pod-set"  # the pod set of the Workload the pod belongs to
+PLACEMENT_INDEX_ANNOTATION = "queueing.dra.io/placement-index"  # which planned pod a pod is
+GATE_PLACEMENT = "queueing.dra.io/placement"
+GATE_ADMISSION = "queueing.dra.io/admission"
+POD_GROUP_LABEL = "queueing.dra.io/pod-group"
+POD_GROUP_TOTAL_ANNOTATION = "queueing.dra.io/pod-group-total-count"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 # ------------------------------------------------------------------ scalar types

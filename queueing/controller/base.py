@@ -38,6 +38,10 @@ from queueing.api.resource import (
 )
 from queueing.api.v1beta1 import (
     FINISHED,
+    GATE_PLACEMENT,
+    POD_GROUP_LABEL,
+    POD_SET_LABEL,
+    WORKLOAD_UID_LABEL,
     Admission,
     ClusterQueue,
     Cohort,
@@ -56,12 +60,6 @@ from queueing.controller.evict import Evicting
 from queueing.controller.isolation import LEDGER_REJECTED, OutageLog, Quarantine
 from queueing.controller.kueue_labels import JobSources
 from queueing.controller.metrics import ControllerMetrics
-from queueing.controller.plan import (
-    GATE_PLACEMENT,
-    POD_GROUP_LABEL,
-    POD_SET_LABEL,
-    WORKLOAD_UID_LABEL,
-)
 from queueing.controller.plan import without_nulls as _without_nulls
 from queueing.controller.records import FieldView, FlagView, Orphan, Records
 from queueing.dra.allocator import SelectorCache

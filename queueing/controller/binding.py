@@ -15,6 +15,13 @@ from queueing.api.resource import (
     ResourceClaim,
 )
 from queueing.api.v1beta1 import (
+    GATE_ADMISSION,
+    GATE_PLACEMENT,
+    HOSTNAME_LABEL,
+    PLACEMENT_INDEX_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_SET_LABEL,
+    WORKLOAD_UID_LABEL,
     Admission,
     Workload,
 )
@@ -27,13 +34,6 @@ from queueing.controller.base import (
     log,
 )
 from queueing.controller.plan import (
-    GATE_ADMISSION,
-    GATE_PLACEMENT,
-    HOSTNAME_LABEL,
-    PLACEMENT_INDEX_ANNOTATION,
-    POD_GROUP_LABEL,
-    POD_SET_LABEL,
-    WORKLOAD_UID_LABEL,
     DeviceIndex,
     admission_json,
     allocation_for,

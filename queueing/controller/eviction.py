@@ -17,6 +17,7 @@ from queueing.api.v1beta1 import (
     ADMITTED,
     EVICTED,
     FINISHED,
+    POD_GROUP_LABEL,
     PODS_READY,
     PREEMPTED,
     QUOTA_RESERVED,
@@ -34,7 +35,6 @@ from queueing.controller.base import (
 )
 from queueing.controller.evict import Evicting
 from queueing.controller.plan import (
-    POD_GROUP_LABEL,
     fmt_time,
     with_condition,
 )

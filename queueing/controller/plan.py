@@ -22,16 +22,7 @@ from queueing.scheduling.cycle import Admission as CycleAdmission
 from queueing.scheduling.jobs import ORIGINAL_PARALLELISM_ANNOTATION
 
 __all__ = [
-    "GATE_ADMISSION",
-    "GATE_PLACEMENT",
-    "HOSTNAME_LABEL",
     "ORIGINAL_PARALLELISM_ANNOTATION",
-    "PLACEMENT_INDEX_ANNOTATION",
-    "POD_GROUP_LABEL",
-    "POD_GROUP_TOTAL_ANNOTATION",
-    "POD_SET_LABEL",
-    "QUEUE_LABEL",
-    "WORKLOAD_UID_LABEL",
     "DeviceIndex",
     "admission_json",
     "allocation_for",
@@ -48,15 +39,6 @@ __all__ = [
     "without_nulls",
 ]
 
-QUEUE_LABEL = "queueing.dra.io/queue-name"
-WORKLOAD_UID_LABEL = "queueing.dra.io/workload-uid"  # on the pod template of an admitted Job
-POD_SET_LABEL = "queueing.dra.io/pod-set"  # the pod set of the Workload the pod belongs to
-PLACEMENT_INDEX_ANNOTATION = "queueing.dra.io/placement-index"  # which planned pod a pod is
-GATE_PLACEMENT = "queueing.dra.io/placement"
-GATE_ADMISSION = "queueing.dra.io/admission"
-POD_GROUP_LABEL = "queueing.dra.io/pod-group"
-POD_GROUP_TOTAL_ANNOTATION = "queueing.dra.io/pod-group-total-count"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 EXTENDED_SUFFIX = "-extended-resources"
 
 

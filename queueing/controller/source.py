@@ -15,6 +15,7 @@ from queueing.api.base import KubeObject
 from queueing.api.core import Pod
 from queueing.api.v1beta1 import (
     FINISHED,
+    POD_GROUP_LABEL,
     Workload,
 )
 from queueing.controller.base import (
@@ -24,7 +25,6 @@ from queueing.controller.base import (
 )
 from queueing.controller.binding import PlanBinding
 from queueing.controller.plan import (
-    POD_GROUP_LABEL,
     with_condition,
 )
 from queueing.faults import fault_point

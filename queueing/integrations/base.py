@@ -23,8 +23,12 @@ from typing import Any, Protocol
 
 from queueing.api.base import KubeObject
 from queueing.api.core import Pod
-from queueing.api.v1beta1 import PodSet, Workload
-from queueing.controller.plan import GATE_PLACEMENT, HOSTNAME_LABEL
+from queueing.api.v1beta1 import (
+    GATE_PLACEMENT,
+    HOSTNAME_LABEL,
+    PodSet,
+    Workload,
+)
 
 __all__ = [
     "GenericJob",

@@ -6,8 +6,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from queueing.api.core import Job, Pod
-from queueing.api.v1beta1 import PodSet, Workload
-from queueing.controller.plan import HOSTNAME_LABEL, ORIGINAL_PARALLELISM_ANNOTATION, job_finished
+from queueing.api.v1beta1 import (
+    HOSTNAME_LABEL,
+    PodSet,
+    Workload,
+)
+from queueing.controller.plan import (
+    ORIGINAL_PARALLELISM_ANNOTATION,
+    job_finished,
+)
 from queueing.integrations.base import PodSetStart, StartPatch
 from queueing.scheduling.jobs import workload_for_job
 

@@ -12,8 +12,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from queueing.api.core import Pod
-from queueing.api.v1beta1 import PodSet
-from queueing.controller.plan import GATE_PLACEMENT, POD_SET_LABEL, WORKLOAD_UID_LABEL
+from queueing.api.v1beta1 import (
+    GATE_PLACEMENT,
+    POD_SET_LABEL,
+    WORKLOAD_UID_LABEL,
+    PodSet,
+)
 from queueing.integrations.base import (
     PodSetStart,
     StartPatch,

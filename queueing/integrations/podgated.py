@@ -25,12 +25,15 @@ from typing import Any
 
 from queueing.api.base import ObjectMeta, OwnerReference
 from queueing.api.core import Pod, PodTemplateSpec
-from queueing.api.v1beta1 import API_VERSION, PodSet, Workload, WorkloadSpec
-from queueing.controller.plan import (
+from queueing.api.v1beta1 import (
+    API_VERSION,
     GATE_ADMISSION,
     POD_GROUP_LABEL,
     POD_GROUP_TOTAL_ANNOTATION,
     POD_SET_LABEL,
+    PodSet,
+    Workload,
+    WorkloadSpec,
 )
 from queueing.integrations.podgroup import PodGroup, ended
 from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError, job_priority

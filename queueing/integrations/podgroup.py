@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from queueing.api.core import Pod
-from queueing.api.v1beta1 import PodSet, Workload
-from queueing.controller.plan import GATE_ADMISSION, POD_GROUP_LABEL, POD_GROUP_TOTAL_ANNOTATION
+from queueing.api.v1beta1 import (
+    GATE_ADMISSION,
+    POD_GROUP_LABEL,
+    POD_GROUP_TOTAL_ANNOTATION,
+    PodSet,
+    Workload,
+)
 from queueing.scheduling.jobs import workload_for_pod_group
 
 __all__ = ["PodGroup", "ended", "group_total"]

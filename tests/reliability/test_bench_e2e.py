@@ -27,6 +27,10 @@ def test_e2e_bench_small(mode: str) -> None:
     assert out.returncode == 0, text
     assert re.search(r"^wall [\d.]+s, 30/30 finished", text, re.M), text
     assert re.search(r"^device utilisation [\d.]+% of 600 GPUs", text, re.M), text
+    quota = re.search(r"^quota usage as Kueue's runner measures it .*: ([\d.]+)%$", text, re.M)
+    # sampled from the ClusterQueues' status writes (at most one a second each): a 2 s run may see none
+    assert quota and 0 <= float(quota.group(1)) <= 100, text
+    assert re.search(r"^  per admission: .*\bcreate workloads 1\.00\b", text, re.M), text  # one per Job
     assert re.search(r"^30 admissions \(30 workloads\)", text, re.M), text
     assert re.search(r"small +time to admission mean [\d.]+s, p90 [\d.]+s \(n=30\)", text), text
     m = re.search(
