@@ -402,6 +402,11 @@ class Allocator:
         self._shape_ids: dict[tuple[object, ...], int] = {}  # see ``PreparedClaim.shape_id``
         # id(candidates) -> (candidates, clean: no CEL error, plain: see ``greedy_fill``)
         self._flags: dict[int, tuple[tuple[_Candidate, ...], bool, bool]] = {}
+        # (id(plain candidates), request) -> (candidates, their device keys, their picks for the
+        # request, in order): a pick is a value of (candidate, request), made once (``_fill_plain``)
+        self._plain_picks: dict[
+            tuple[int, str], tuple[tuple[_Candidate, ...], tuple[DeviceKey, ...], tuple[Pick, ...]]
+        ] = {}
         # claims' shape ids -> ``_layout`` of claims of those shapes
         self._layouts: dict[tuple[int, ...], tuple[int, bool]] = {}
         # claims' shape ids -> whether ``allocate_on`` runs ``_validate`` for claims of those shapes
@@ -1090,15 +1095,15 @@ class Allocator:
         n = len(claims)
         # the steps' alternatives may be another claim's of the same shape (the messages differ):
         # candidate lists with a CEL error are left to ``allocate_on`` (its search meets the error)
-        lists = [self._clean_candidates(alts[0], node) for _, alts in steps]
-        if any(c is None for c in lists):
-            return out, True
         if len(steps) == 1:
             ci, alts = steps[0]
-            cands = lists[0]
-            assert cands is not None
-            if self._list_flags(cands)[2]:
+            cands, clean, plain = self._list_flags(self.candidates(alts[0], node))
+            if not clean:
+                return out, True
+            if plain:
                 return self._fill_plain(fail_key, need, n, ci, alts[0], cands, usage, limit)
+        elif any(self._clean_candidates(alts[0], node) is None for _, alts in steps):
+            return out, True
         while len(out) < limit:
             single = self._pruned(fail_key, need, steps, node, usage)
             if single is None:
@@ -1134,24 +1139,43 @@ class Allocator:
         if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
             return out, False
         taken = usage.devices
-        free = [c for c in cands if not taken.get(c.dev.key, 0) > 0]
+        request = a.request
+        keys, picks = self._plain_picks_of(cands, request)
+        free = [p for k, p in zip(keys, picks, strict=True) if not taken.get(k, 0) > 0]
         count = a.count
         assert need == count
         m = min(limit, len(free) // count)
-        request = a.request
         before = ((),) * ci
         after = ((),) * (n - ci - 1)
         for j in range(m):
-            got = tuple(
-                Pick(c.dev, request, False, c.dev.consumes, c.capacity)
-                for c in free[j * count : (j + 1) * count]
-            )
+            got = tuple(free[j * count : (j + 1) * count])
             usage.take_all(got)
             out.append((got,) if n == 1 else (*before, got, *after))
         if m < limit:
             self._fail[fail_key] = (usage.token, usage.epoch)
             return out, False
         return out, None
+
+    def _plain_picks_of(
+        self, cands: tuple[_Candidate, ...], request: str
+    ) -> tuple[tuple[DeviceKey, ...], tuple[Pick, ...]]:
+        """The device keys of these plain candidates and the pick of each for ``request`` (what
+        ``_greedy`` takes: no admin access, the device's counters, the candidate's capacity), made
+        once per candidate list (kept by identity); verify mode checks a kept pair against one
+        made afresh."""
+        key = (id(cands), request)
+        hit = self._plain_picks.get(key)
+        if hit is not None and hit[0] is cands:
+            if self.verify:
+                fresh = _plain_picks(cands, request)
+                if fresh != hit[1:]:
+                    raise VerifyError("Allocator._plain_picks_of", hit[1:], fresh, f"request {request}")
+            return hit[1], hit[2]
+        if len(self._plain_picks) >= 100_000:
+            self._plain_picks.clear()
+        keys, picks = _plain_picks(cands, request)
+        self._plain_picks[key] = (cands, keys, picks)
+        return keys, picks
 
     def _greedy(
         self,
@@ -1598,6 +1622,16 @@ class Allocator:
         return Shortfall(
             node_name, pc.key, alt.request, need, free, ", ".join(parts), False, alt.class_name, in_class
         )
+
+
+def _plain_picks(
+    cands: tuple[_Candidate, ...], request: str
+) -> tuple[tuple[DeviceKey, ...], tuple[Pick, ...]]:
+    """The candidates' device keys and the pick ``_greedy`` takes of each for ``request``."""
+    return (
+        tuple(c.dev.key for c in cands),
+        tuple(Pick(c.dev, request, False, c.dev.consumes, c.capacity) for c in cands),
+    )
 
 
 def _layout(claims: Sequence[PreparedClaim]) -> tuple[int, bool]:

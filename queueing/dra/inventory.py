@@ -251,36 +251,42 @@ class Usage:
         block_free = self.block_free
         counters = self.counters
         capacity = self.capacity
-        for pick in picks:
-            if pick.admin_access:
-                continue
+        released = 0  # picks given back, each a new epoch unless backtracking (added once, at the end)
+        try:
+            for pick in picks:
+                if pick.admin_access:
+                    continue
+                released += 1
+                dev = pick.device
+                key = dev.key
+                if not dev.multi:
+                    n = devices.get(key, 0) - 1
+                    if n > 0:
+                        devices[key] = n
+                    elif (
+                        devices.pop(key, None) is not None and dev.node_name is not None and not dev.all_nodes
+                    ):
+                        node_taken[dev.node_name] -= 1
+                        if node_block is not None:
+                            b = node_block.get(dev.node_name)
+                            if b is not None:
+                                block_free[b] += 1
+                for ck, amount in pick.counters:
+                    left = counters.get(ck, Fraction(0)) - amount
+                    if left:
+                        counters[ck] = left
+                    else:
+                        counters.pop(ck, None)
+                for name, amount in pick.capacity:
+                    ik = (key, name)
+                    left = capacity.get(ik, Fraction(0)) - amount
+                    if left:
+                        capacity[ik] = left
+                    else:
+                        capacity.pop(ik, None)
+        finally:
             if not backtrack:
-                self.epoch += 1
-            dev = pick.device
-            key = dev.key
-            if not dev.multi:
-                n = devices.get(key, 0) - 1
-                if n > 0:
-                    devices[key] = n
-                elif devices.pop(key, None) is not None and dev.node_name is not None and not dev.all_nodes:
-                    node_taken[dev.node_name] -= 1
-                    if node_block is not None:
-                        b = node_block.get(dev.node_name)
-                        if b is not None:
-                            block_free[b] += 1
-            for ck, amount in pick.counters:
-                left = counters.get(ck, Fraction(0)) - amount
-                if left:
-                    counters[ck] = left
-                else:
-                    counters.pop(ck, None)
-            for name, amount in pick.capacity:
-                ik = (key, name)
-                left = capacity.get(ik, Fraction(0)) - amount
-                if left:
-                    capacity[ik] = left
-                else:
-                    capacity.pop(ik, None)
+                self.epoch += released
 
 
 def _attr_value(kind: str, value: bool | int | str) -> bool | int | str | Version:

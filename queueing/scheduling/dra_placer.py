@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from fractions import Fraction
 from functools import cached_property
 from math import isqrt
@@ -317,6 +317,34 @@ class PodPlan:
             if isinstance(c, ClaimAllocation):
                 out.extend(p.device.key for p in c.picks if not p.admin_access)
         return tuple(out)
+
+
+# ``_pod_plan``: the fields it sets; every other field of PodPlan keeps its (plain) default
+_POD_PLAN_ARGS = ("pod_set", "index", "pod", "node", "picks", "node_resources", "claims")
+_POD_PLAN_DEFAULTS = {f.name: f.default for f in fields(PodPlan) if f.name not in _POD_PLAN_ARGS}
+assert all(v is not MISSING for v in _POD_PLAN_DEFAULTS.values()), "PodPlan: a field without a plain default"
+assert {f.name for f in fields(PodPlan)} == {*_POD_PLAN_ARGS, *_POD_PLAN_DEFAULTS}
+_new_object = object.__new__
+
+
+def _pod_plan(
+    pod_set: str,
+    index: int,
+    pod: str,
+    node: str,
+    picks: tuple[Pick, ...],
+    node_resources: tuple[tuple[str, Fraction], ...],
+    claims: tuple[PlannedClaim, ...],
+) -> PodPlan:
+    """``PodPlan(pod_set, index, pod, node, picks, node_resources=..., claims=...)``, the same
+    object made without the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field,
+    half of a simple placement's cost per pod): its ``__dict__`` filled at once."""
+    p = _new_object(PodPlan)
+    d = p.__dict__
+    d.update(_POD_PLAN_DEFAULTS)
+    d["pod_set"], d["index"], d["pod"], d["node"] = pod_set, index, pod, node
+    d["picks"], d["node_resources"], d["claims"] = picks, node_resources, claims
+    return p
 
 
 @dataclass(frozen=True, eq=False)
@@ -629,7 +657,8 @@ class DraPlacer:
         # plan: most plans are tried and dropped within a cycle), as ``cached_property`` keeps a value
         self._plan_token = object()
         self._published: frozenset[str] | None = None  # see ``_published_resources``
-        self._demand_cache: dict[tuple[str, str, int], tuple[DraPodSet, int, str, tuple[str, ...]]] = {}
+        # (namespace, pod set, fit signature) -> ``_demand``
+        self._demand_cache: dict[tuple[str, str, str], tuple[int, str, tuple[str, ...]]] = {}
         # DeviceClass names -> nodes (cluster order) that have devices of every one of them
         self._class_nodes: dict[tuple[str, ...], frozenset[str]] = {}
         # (claim name, (request, device) picked) -> plan of a pod's claim (see ``_planned``)
@@ -925,14 +954,8 @@ class DraPlacer:
                     )
                 all_picks.extend(own)
                 plans.append(
-                    PodPlan(
-                        ps_name,
-                        i,
-                        pod_name(wname, ps_name, i),
-                        names[node_i],
-                        own,
-                        node_resources=sps.resources,
-                        claims=planned,
+                    _pod_plan(
+                        ps_name, i, pod_name(wname, ps_name, i), names[node_i], own, sps.resources, planned
                     )
                 )
                 row = per.get(node_i)
@@ -944,7 +967,7 @@ class DraPlacer:
                 owned.append((sps.claims[0][1], all_picks[start:]))
         charges, classes = charge_own_claims(owned)
         plan = DraPlan(tuple(plans), (), classes)
-        dev = {r: Fraction(v) for r, v in charges.items() if v}
+        dev = {r: v if type(v) is Fraction else Fraction(v) for r, v in charges.items() if v}
         # a pod set's requests times its pods on a node: the sum ``_info`` adds up pod by pod
         totals: list[tuple[dict[str, Fraction], list[tuple[str, Fraction]]]] = []
         for i, by_group in per.items():
@@ -1005,9 +1028,8 @@ class DraPlacer:
                 if used:
                     frac = max(frac, float(used / cap))
             busy += min(frac, 1.0)
-        for key in lone:
-            if u.devices.get(key):
-                busy += 1
+        taken = u.devices
+        busy += sum(1 for key in lone.intersection(taken) if taken[key])  # the set walked at C speed
         multi = {k for k, _ in u.capacity}
         busy += sum(1 for k in multi if k in lone)
         return busy
@@ -1106,15 +1128,30 @@ class DraPlacer:
                 raise VerifyError("DraPlacer._published_resources", sorted(self._published), sorted(fresh))
         return self._published
 
-    def _demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str, tuple[str, ...]]:
+    def _demand(self, namespace: str, dps: DraPodSet, signature: str) -> tuple[int, str, tuple[str, ...]]:
         """Devices each pod of the pod set needs at least on any node (ExactCount requests of its
         per-pod claims, and extended resources backed by DRA that no node publishes in allocatable:
         a node that publishes one serves it through its device plugin, with no device of ours), the
-        claim asking for most (for messages) and the DeviceClasses counted."""
-        key = (namespace, dps.name, id(dps))
+        claim asking for most (for messages) and the DeviceClasses counted.
+
+        Kept per namespace, pod set name and ``signature`` (the ``DraRequest.signature`` the pod set
+        is of): it reads only what the signature is made of (the claims, the templates' resource
+        claims and containers' requests, fields of ``placement_view``), so the pod sets of every
+        workload of one fit signature share one entry, whatever their labels, names and commands;
+        verify mode checks a kept entry against the pod set's own computation."""
+        key = (namespace, dps.name, signature)
         hit = self._demand_cache.get(key)
-        if hit is not None and hit[0] is dps:
-            return hit[1], hit[2], hit[3]
+        if hit is not None:
+            if self.verify:
+                fresh = self._compute_demand(namespace, dps)
+                if fresh != hit:
+                    raise VerifyError("DraPlacer._demand (by signature)", hit, fresh, f"pod set {dps.name}")
+            return hit
+        got = self._demand_cache[key] = self._compute_demand(namespace, dps)
+        return got
+
+    def _compute_demand(self, namespace: str, dps: DraPodSet) -> tuple[int, str, tuple[str, ...]]:
+        """``_demand`` of this very pod set."""
         cs = self.cluster
         total, most, what = 0, 0, ""
         counted: set[str] = set()
@@ -1157,9 +1194,7 @@ class DraPlacer:
                 counted.add(cs.extended_classes[res])
                 if n > most:
                     most, what = n, f"extended resource {res}: {n} x {cs.extended_classes[res]}"
-        classes_out = tuple(sorted(counted))
-        self._demand_cache[key] = (dps, total, what, classes_out)
-        return total, what, classes_out
+        return total, what, tuple(sorted(counted))
 
     def _with_classes(self, classes: tuple[str, ...]) -> frozenset[str]:
         """Nodes that have devices of every one of these DeviceClasses (computed once per set)."""
@@ -1181,7 +1216,7 @@ class DraPlacer:
             dps = req.pod_set(ps.name)
             if not n or dps is None:
                 continue
-            k, what, classes = self._demand(workload.namespace, dps)
+            k, what, classes = self._demand(workload.namespace, dps, req.signature)
             if not k:
                 continue
             if free is None:
@@ -1275,9 +1310,7 @@ class DraPlacer:
         # order of applying does not matter, as in the pass by keys above
         stale = self._applied.items() - want.items()
         fresh = want.items() - self._applied.items()
-        if not any(
-            pp.shared or pp.shared_new for d in (stale, fresh) for _, ps in d for p in ps for pp in p.pods
-        ):
+        if not any(self._info(p).shared for d in (stale, fresh) for _, ps in d for p in ps):
             for k, plans in stale:
                 for p in plans:
                     self._unapply(p)

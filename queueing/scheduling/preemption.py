@@ -335,15 +335,17 @@ class CohortState:
 
 
 # what the candidate filter of a plan reads of a candidate: the candidate, its ClusterQueue, key, the
-# resources it uses a non-zero amount of (None when its usage is empty), evicting, priority
-_Cand = tuple[AdmittedWorkload, str, str, frozenset[str] | None, bool, int]
+# resources it uses a non-zero amount of (None when its usage is empty), evicting, priority, the
+# flavor-resources it uses a non-zero amount of
+_Cand = tuple[AdmittedWorkload, str, str, frozenset[str] | None, bool, int, frozenset[FlavorResource]]
 
 
 def _candidates(admitted: Sequence[AdmittedWorkload]) -> tuple[_Cand, ...]:
     out: list[_Cand] = []
     for a in admitted:
-        used = frozenset(r for (_, r), v in a.usage.items() if v) if a.usage else None
-        out.append((a, a.cluster_queue, a.key, used, a.evicting, a.workload.priority))
+        frs = frozenset(fr for fr, v in a.usage.items() if v)
+        used = frozenset(r for _, r in frs) if a.usage else None
+        out.append((a, a.cluster_queue, a.key, used, a.evicting, a.workload.priority, frs))
     return tuple(out)
 
 
@@ -553,7 +555,7 @@ def _plan_preemption(
     evicting: list[AdmittedWorkload] = []
     in_tree: dict[str, bool] = {}  # ClusterQueue -> in the preemptor's cohort tree
     wl_key = wl.key
-    for a, q, k, used, evict, p in _candidates(admitted) if prepared is None else prepared:
+    for a, q, k, used, evict, p, frs in _candidates(admitted) if prepared is None else prepared:
         ok = in_tree.get(q)
         if ok is None:
             ok = in_tree[q] = tree.has_cq(q) and tree.root_of(q) == root
@@ -566,7 +568,7 @@ def _plan_preemption(
             evicting.append(a)
             continue
         # Kueue's WorkloadUsesResources: a flavor-resource that needs preemption
-        if used is not None and not any(a.usage.get(fr) for fr in need):
+        if used is not None and frs.isdisjoint(need):
             continue
         if q == cq.name:
             w = pol.within_cluster_queue
@@ -593,7 +595,15 @@ def _plan_preemption(
     fair = config.fair_sharing.enable and cq.cohort is not None
     if fair:
         # Kueue's fair sharing: other ClusterQueues' candidates where those queues borrow
-        fair_others = [a for a in others if _borrowing_after(ctx, (), a.cluster_queue)]
+        # (asked once per ClusterQueue: nothing is removed, so the answer depends on the queue only)
+        borrowing: dict[str, bool] = {}
+        fair_others: list[AdmittedWorkload] = []
+        for a in others:
+            b = borrowing.get(a.cluster_queue)
+            if b is None:
+                b = borrowing[a.cluster_queue] = _borrowing_after(ctx, (), a.cluster_queue)
+            if b:
+                fair_others.append(a)
         if own or fair_others:
             shares = _Shares(ctx, evicting, own, fair_others, shared)
             found = _fair_search(

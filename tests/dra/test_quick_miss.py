@@ -267,3 +267,75 @@ def test_published_resources_are_computed_once_and_checked_in_verify_mode() -> N
     with pytest.raises(VerifyError) as err:
         checked._published_resources()
     assert err.value.fast_path == "DraPlacer._published_resources"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_demand_is_kept_per_signature_and_answers_as_each_pod_set(seed: int) -> None:
+    """``DraPlacer._demand`` is kept per (namespace, pod set, fit signature): pod sets that differ
+    only in what no signature reads (images, commands, labels) share an entry, and the entry is
+    what each of them computes; pod sets that differ in a template name, a claim name, an
+    extended-resource request or a container's requests have their own (other signatures). In
+    verify mode a kept entry that does not match raises."""
+    import random
+
+    from queueing.api.core import PodTemplateSpec
+    from queueing.scheduling.dra_placer import ClaimRef, DraPodSet, DraRequest
+
+    rng = random.Random(seed)
+    gpu = gpu_class(ext="nvidia.com/gpu", name="gpu")
+    placer = DraPlacer(
+        [plugin_node("dp"), node("dra")],
+        [gpus("dra", 4)],
+        [gpu],
+        templates=[template("t1", 1), template("t2", 2), template("t3", 3)],
+    )
+
+    def pod_set(tmpl: str | None, claim: str, ext: str, image: str, label: str, cpu: str = "1") -> DraPodSet:
+        requests = {"cpu": cpu}
+        if ext:
+            requests["nvidia.com/gpu"] = ext
+        body: dict[str, Any] = {
+            "containers": [{"name": "c", "image": image, "resources": {"requests": requests}}]
+        }
+        if tmpl:
+            body["resourceClaims"] = [{"name": claim, "resourceClaimTemplateName": tmpl}]
+        sp = PodSpec.model_validate(body)
+        refs = tuple(
+            ClaimRef(c.name, c.resource_claim_name, c.resource_claim_template_name)
+            for c in sp.resource_claims or []
+        )
+        return DraPodSet(
+            "main", PodTemplateSpec.model_validate({"metadata": {"labels": {"x": label}}, "spec": body}), refs
+        )
+
+    for _ in range(40):
+        dps = pod_set(
+            rng.choice([None, "t1", "t2", "t3", "missing"]),
+            rng.choice(["g", "h"]),
+            rng.choice(["", "1", "2"]),
+            rng.choice(["a", "b"]),
+            rng.choice(["p", "q"]),
+            rng.choice(["1", "2"]),
+        )
+        sig = DraRequest((dps,)).signature
+        got = placer._demand("default", dps, sig)
+        assert got == placer._compute_demand("default", dps)
+        assert placer._demand_cache[("default", "main", sig)] == got
+    # what no signature reads shares an entry; what decides placement does not
+    same = [DraRequest((pod_set("t1", "g", "", image, label),)).signature for image in "ab" for label in "pq"]
+    assert len(set(same)) == 1
+    other = [
+        pod_set("t2", "g", "", "a", "p"),
+        pod_set("t1", "h", "", "a", "p"),
+        pod_set("t1", "g", "1", "a", "p"),
+        pod_set("t1", "g", "", "a", "p", cpu="2"),
+    ]
+    assert len({DraRequest((d,)).signature for d in other} | {same[0]}) == 5
+    # tampered: verify mode raises
+    strict = DraPlacer([node("dra")], [gpus("dra", 4)], [GPU], templates=[template("t2", 2)], verify=True)
+    dps = pod_set("t2", "g", "", "a", "p")
+    sig = DraRequest((dps,)).signature
+    assert strict._demand("default", dps, sig)[0] == 2
+    strict._demand_cache[("default", "main", sig)] = (5, "claim g: 5 x gpu", ("gpu",))
+    with pytest.raises(VerifyError, match="_demand"):
+        strict._demand("default", pod_set("t2", "g", "", "b", "q"), sig)

@@ -444,6 +444,36 @@ def test_placer_fast_path_equals_general_path(seed: int, monkeypatch: pytest.Mon
     return None
 
 
+def test_pod_plan_is_the_dataclass_made_faster() -> None:
+    """``dra_placer._pod_plan`` (a PodPlan made without the frozen dataclass's ``__init__``) is the
+    PodPlan its arguments make: the same fields and values, repr, type; the other fields at their
+    defaults; still frozen."""
+    import dataclasses
+
+    rng = random.Random(3)
+    for i in range(50):
+        args = (
+            rng.choice(["main", "workers"]),
+            rng.randrange(100),
+            f"w-{i}",
+            rng.choice(["n1", "n2"]),
+            tuple(range(rng.randrange(3))),
+            tuple(
+                (r, Fraction(rng.randrange(5), rng.choice([1, 3]))) for r in rng.sample(["cpu", "memory"], 2)
+            ),
+            tuple(f"c{j}" for j in range(rng.randrange(3))),
+        )
+        fast = dra_placer._pod_plan(*args)  # type: ignore[arg-type]
+        want = dra_placer.PodPlan(*args[:5], node_resources=args[5], claims=args[6])  # type: ignore[arg-type]
+        assert type(fast) is dra_placer.PodPlan
+        assert [getattr(fast, f.name) for f in dataclasses.fields(want)] == [
+            getattr(want, f.name) for f in dataclasses.fields(want)
+        ]
+        assert vars(fast) == vars(want) and repr(fast) == repr(want)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            fast.node = "n3"  # type: ignore[misc]
+
+
 def fast_or_miss(out: object) -> object:
     """A placement as it is; a failure as a failure (``_quick_miss`` says why in its own words)."""
     return "does not fit" if isinstance(out, str) else out
@@ -632,6 +662,55 @@ def test_greedy_fill_is_allocate_on_in_a_row(seed: int) -> None:
                         a.usage.give_back(p, backtrack=True)
         assert list(a.usage.devices.items()) == list(b.usage.devices.items())
         assert list(a.usage.counters.items()) == list(b.usage.counters.items())
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_plain_picks_are_kept_per_candidate_list_and_request(seed: int) -> None:
+    """``Allocator._plain_picks_of`` (the picks ``_fill_plain`` takes, made once per candidate list)
+    is keyed by the list's identity and the request: a list equal in content but another object, a
+    list whose id a kept entry of another list has (as after a list was dropped), and another
+    request each get their own picks, every time the picks made afresh; in verify mode a kept
+    entry that was tampered with raises."""
+    from queueing.dra.verify import VerifyError
+
+    rng = random.Random(seed)
+    nodes, slices, classes = cluster(rng)
+    for verify in (False, True):
+        st = ClusterState(nodes, slices, classes, templates=templates(), verify=verify)
+        alloc = st.allocator
+        claims = [
+            alloc.prepare_claim(
+                ResourceClaim.model_validate(
+                    {
+                        "metadata": {"name": f"c{t}", "namespace": "default"},
+                        "spec": {"devices": TEMPLATES[t][0]},
+                    }
+                )
+            )
+            for t in ("one", "two", "high", "fast")
+        ]
+        lists = [alloc.candidates(alts[0], nd) for pc in claims for alts in pc.requests for nd in st.nodes]
+        lists = [c for c in lists if alloc._list_flags(c)[2]]
+        assert lists, "some candidate lists are plain"
+        for _ in range(40):
+            cands = rng.choice(lists)
+            if rng.random() < 0.3:
+                cands = tuple(list(cands))  # equal, another object when not empty
+            if rng.random() < 0.2:  # another list's entry under this list's id
+                other = rng.choice(lists)
+                alloc._plain_picks[(id(cands), "r")] = (other, *alloc._plain_picks_of(other, "r"))
+            request = rng.choice(["r", "g", "a/b"])
+            keys, got = alloc._plain_picks_of(cands, request)
+            want = tuple(Pick(c.dev, request, False, c.dev.consumes, c.capacity) for c in cands)
+            assert [_pick(p) for p in got] == [_pick(p) for p in want]
+            assert keys == tuple(c.dev.key for c in cands)
+            assert alloc._plain_picks_of(cands, request)[1] is got  # kept
+        if verify and lists[0]:
+            cands = lists[0]
+            wrong = tuple(Pick(c.dev, "other", False, c.dev.consumes, c.capacity) for c in cands)
+            alloc._plain_picks[(id(cands), "r")] = (cands, tuple(c.dev.key for c in cands), wrong)
+            with pytest.raises(VerifyError, match="_plain_picks_of"):
+                alloc._plain_picks_of(cands, "r")
 
 
 def test_an_error_deep_in_the_search_leaves_nothing_taken() -> None:

@@ -307,7 +307,9 @@ def test_cohort_state_tells_contents_apart() -> None:
 
 def test_prepared_candidates_filter_as_the_usage_loop() -> None:
     """A plan keeps a candidate that uses a requested resource or nothing at all (as the loop over
-    its usage did): empty usage, zero amounts only, other resources, a requested one."""
+    its usage did): empty usage, zero amounts only, other resources, a requested one; and one that
+    uses a flavor-resource needing preemption exactly when ``any(a.usage.get(fr) for fr in need)``
+    (the test the plan made per candidate before the set was prepared)."""
     base = running(job("a", 2, queue="lq-a", priority=1), "cq-a", [("n1", 2)])
     usages: list[dict[tuple[str, str], F]] = [
         {},
@@ -319,7 +321,7 @@ def test_prepared_candidates_filter_as_the_usage_loop() -> None:
     for names in (set(), {"gpu"}, {"cpu"}, {"cpu", "gpu"}):
         for usage in usages:
             a = replace(base, usage=usage)
-            ((got, q, k, used, evict, p),) = preemption._candidates([a])
+            ((got, q, k, used, evict, p, frs),) = preemption._candidates([a])
             assert (got, q, k, evict, p) == (a, a.cluster_queue, a.key, a.evicting, a.workload.priority)
             old = True
             if a.usage:
@@ -329,6 +331,8 @@ def test_prepared_candidates_filter_as_the_usage_loop() -> None:
                 else:
                     old = False
             assert (used is None or not used.isdisjoint(names)) == old
+            for need in (set(), {("default", "gpu")}, {("x", "gpu"), ("default", "cpu")}, {("y", "gpu")}):
+                assert (not frs.isdisjoint(need)) == any(a.usage.get(fr) for fr in need)
 
 
 def test_quota_fits_takes_out_as_remove_usage() -> None:
