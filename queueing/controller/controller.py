@@ -350,17 +350,31 @@ class Controller(QueueSync):
         admits the next Workloads (ledger first, then their status) and their Jobs start (``bind``).
         The bulk comes after, each bounded per sync: the pending reasons of Workloads that did not
         fit (``reasons``), Workloads for new Jobs (``new_objects``), the queue status. New Workloads
-        join the next sync's cycle, which follows at once."""
+        join the next sync's cycle, which follows at once. When a step fails, Workloads for new Jobs
+        are still created before the sync is retried (they need no ledger)."""
         if not self.may_act():
             return
         self.stats.syncs += 1
         self._note_admitted()
-        for step, run in self._steps():
-            t0 = time.perf_counter()
-            try:
-                await run()
-            finally:
-                self.metrics.sync_step(step, time.perf_counter() - t0)
+        done: set[str] = set()
+        try:
+            for step, run in self._steps():
+                await self._timed(step, run)
+                done.add(step)
+        except Exception:
+            # a step failed (e.g. the ledger is down): Workloads for new Jobs need no ledger, so they are
+            # still created (users see their Jobs queued during an outage); then the sync is retried
+            if "new_objects" not in done:
+                with contextlib.suppress(Exception):
+                    await self._timed("new_objects", self._sync_jobs)
+            raise
+
+    async def _timed(self, step: str, run: Callable[[], Awaitable[None]]) -> None:
+        t0 = time.perf_counter()
+        try:
+            await run()
+        finally:
+            self.metrics.sync_step(step, time.perf_counter() - t0)
 
     def _steps(self) -> tuple[tuple[str, Callable[[], Awaitable[None]]], ...]:
         """The sync's steps: (name for the metric, what it runs)."""
