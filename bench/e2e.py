@@ -38,6 +38,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,30 +150,21 @@ class QuotaUsage:
         return self.used * 100 / (quota * elapsed) if quota and elapsed > 0 else float("nan")
 
 
-async def watch_cluster_queues(emu: Emulator, usage: QuotaUsage) -> None:
-    rt = emu.store.resource("clusterqueues", "queueing.dra.io")
-    w = emu.store.watch(rt, None, "0", None, None, False, shared=True)  # read only; from the start
+async def watch_store(
+    emu: Emulator, resource: str, group: str, on_object: Callable[[dict[str, Any]], None], since: str
+) -> None:
+    """Hand every ADDED/MODIFIED object of ``resource`` to ``on_object``, from the store's own watch
+    (read only: the events refer to the stored objects). ``since``: a resourceVersion, or "0" for the
+    objects already there first."""
+    rt = emu.store.resource(resource, group)
+    w = emu.store.watch(rt, None, since, None, None, False, shared=True)
     try:
         while True:
             ev = await w.queue.get()
             if ev is None:
                 return
             if ev.get("type") in ("ADDED", "MODIFIED"):
-                usage.on_cq(ev["object"])
-    finally:
-        emu.store.unwatch(w)
-
-
-async def watch_jobs(emu: Emulator, rec: Recorder) -> None:
-    rt = emu.store.resource("jobs", "batch")
-    w = emu.store.watch(rt, None, str(emu.store.rv), None, None, False, shared=True)  # read only
-    try:
-        while True:
-            ev = await w.queue.get()
-            if ev is None:
-                return
-            if ev.get("type") in ("ADDED", "MODIFIED"):
-                rec.on_job(ev["object"])
+                on_object(ev["object"])
     finally:
         emu.store.unwatch(w)
 
@@ -318,9 +310,11 @@ async def run(args: argparse.Namespace) -> int:
             jobs_rt = emu.store.resource("jobs", "batch")
             t0, bench_cpu0 = time.perf_counter(), time.process_time()
             rec = Recorder(t0, units, size)
-            watcher = asyncio.create_task(watch_jobs(emu, rec))
+            watcher = asyncio.create_task(watch_store(emu, "jobs", "batch", rec.on_job, str(emu.store.rv)))
             quota = QuotaUsage()
-            cq_watcher = asyncio.create_task(watch_cluster_queues(emu, quota))
+            cq_watcher = asyncio.create_task(
+                watch_store(emu, "clusterqueues", "queueing.dra.io", quota.on_cq, "0")
+            )
             last_report = t0
             async with StandIns(emu, pods=args.mode == "full"):
                 for arrival, _, job in jobs:
