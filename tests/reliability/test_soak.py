@@ -31,10 +31,8 @@ async def test_short_soak(bench_soak: ModuleType) -> None:
     print("\n" + r.summary())
     assert not r.problems
     assert r.admissions >= 80
-    # the same controller tasks run after warm-up and at the last Job (informers, loop): no leak.
-    # A leak of one task per Job would add 50 here; the margin of 10 is for the requests in flight at
-    # either moment (the emulator's handlers and the Event writers' calls run in this event loop too)
-    assert r.tasks_running <= r.tasks_warm + 10, (r.tasks_warm, r.tasks_running)
+    # the same controller tasks run after warm-up and at the last Job (informers, loop): no leak
+    assert r.tasks_running <= r.tasks_warm + 2, (r.tasks_warm, r.tasks_running)
     assert r.rss_running_mb < r.rss_warm_mb + 60
 
 
