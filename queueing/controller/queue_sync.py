@@ -11,8 +11,6 @@ import time
 from typing import Any
 
 from queueing.api.v1beta1 import (
-    FINISHED,
-    QUOTA_RESERVED,
     RESOURCE_IN_USE_FINALIZER,
     TERMINATING,
     ClusterQueue,
@@ -215,6 +213,25 @@ class QueueSync(AdmissionExecutor):
             raise
         (self.flavors if isinstance(obj, ResourceFlavor) else self.cohorts).observe(raw)
 
+    def _pending_by_local_queue(self) -> dict[str, int]:
+        """Pending Workloads per LocalQueue (``namespace/name``), counted from the pending set kept by
+        deltas (brought in step first: the same refresh the next cycle would make), not from a pass
+        over every Workload the informer holds (finished ones included). Verify mode counts that pass
+        too and fails on a difference."""
+        counts: dict[str, int] = {}
+        for wl in self._refresh_pending().objects.values():
+            key = f"{wl.namespace or 'default'}/{wl.spec.queue_name}"
+            counts[key] = counts.get(key, 0) + 1
+        if self.verify:
+            general: dict[str, int] = {}
+            for wl in self.workloads.list():
+                if self._pending_eligible(wl):
+                    key = f"{wl.namespace or 'default'}/{wl.spec.queue_name}"
+                    general[key] = general.get(key, 0) + 1
+            if counts != general:
+                raise VerifyError("pending Workloads per LocalQueue", counts, general, "kept by deltas")
+        return counts
+
     async def _queue_status(self) -> None:
         wait = self._queue_status_at + self.queue_status_period - time.monotonic()
         if wait > 0:
@@ -226,13 +243,7 @@ class QueueSync(AdmissionExecutor):
 
                 self._queue_status_handle = asyncio.get_running_loop().call_later(wait, fire)
             return
-        pending_by_lq: dict[str, int] = {}
-        for wl in self.workloads.list():
-            uid = wl.metadata.uid or ""
-            if uid in self.admitted or wl.status.is_true(FINISHED) or wl.status.is_true(QUOTA_RESERVED):
-                continue
-            key = f"{wl.namespace or 'default'}/{wl.spec.queue_name}"
-            pending_by_lq[key] = pending_by_lq.get(key, 0) + 1
+        pending_by_lq = self._pending_by_local_queue()
         cq_status, lq_status = queue_statuses(
             self.cluster_queues.list(),
             self.local_queues.list(),
