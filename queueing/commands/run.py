@@ -228,4 +228,7 @@ async def serve(
 
 
 def run(args: argparse.Namespace) -> int:
+    from queueing.gcpolicy import tune_for_controller
+
+    tune_for_controller()  # process-wide: this process is the controller and nothing else
     return asyncio.run(serve(args))

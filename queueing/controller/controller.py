@@ -65,7 +65,7 @@ from queueing.controller.plan import admission_json
 from queueing.controller.queue_sync import QueueSync
 from queueing.controller.records import Orphan
 from queueing.dra.verify import VerifyError
-from queueing.gcpolicy import keep_long_lived
+from queueing.gcpolicy import LongLived
 from queueing.kube.client import (
     CLUSTER_QUEUES,
     COHORTS,
@@ -89,10 +89,6 @@ from queueing.ledger.repository import NotAdmitted
 from queueing.scheduling.from_api import FromApiError
 from queueing.scheduling.ordering import decay_usage, usage_by_resource
 
-#: after the first completed sync, and every this many after it, the state alive is kept out of later
-#: garbage collections (``queueing/gcpolicy.py``): the state grows with arrivals
-KEEP_LONG_LIVED_EVERY = 100
-
 __all__ = [
     "CLUSTER_QUEUES",
     "COHORTS",
@@ -108,7 +104,10 @@ __all__ = [
 class Controller(QueueSync):
     """``await c.start()`` (informers synced, ledger recovered, loop running) ... ``await c.stop()``."""
 
-    _completed_syncs = 0  # syncs that ran to the end (keep_long_lived after the first, then every so often)
+    _completed_syncs = 0  # syncs that ran to the end
+    #: after the first completed sync, and every few seconds of syncs after it, the state alive is kept
+    #: out of later garbage collections (``queueing/gcpolicy.py``): the state grows with arrivals
+    _long_lived: LongLived | None = None
 
     async def start(self, timeout: float = 60.0, *, lead: bool = True) -> None:
         """Start the informers and wait for them; with ``lead`` also start admitting and evicting
@@ -205,9 +204,10 @@ class Controller(QueueSync):
                     self.outage.succeeded()
                     self.last_sync_completed = time.monotonic()
                     self._completed_syncs += 1
-                    if self._completed_syncs % KEEP_LONG_LIVED_EVERY == 1:
-                        # the state built so far lives on: later collections skip it (gcpolicy)
-                        keep_long_lived()
+                    if self._long_lived is None:
+                        self._long_lived = LongLived()
+                    # the state built so far lives on: later collections skip it (gcpolicy)
+                    self._long_lived.sync_completed()
             self.stats.synced += 1  # dashboard: a state taken mid-sync is retaken after it
             self.synced.set()
 
