@@ -9,9 +9,9 @@ place, and forgetting a workload (:meth:`Records.release`) forgets all of it at 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping, MutableSet
+from collections.abc import ItemsView, Iterator, MutableMapping, MutableSet, ValuesView
 from dataclasses import dataclass, fields
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from queueing.api.v1beta1 import Admission, PodPlacement
 from queueing.controller.evict import Evicting
@@ -127,8 +127,45 @@ class FieldView(MutableMapping[str, V], Generic[V]):
         rec = self._records.get(uid) if isinstance(uid, str) else None
         return rec is not None and getattr(rec, self._name) is not None
 
+    # the Mapping mixins' get/items/values go through __getitem__ per key (a miss raises and catches
+    # a KeyError): these read the records once; the answers are the mixins' (tests compare them)
+    @overload
+    def get(self, uid: str, /) -> V | None: ...
+    @overload
+    def get(self, uid: str, /, default: Any) -> Any: ...
+    def get(self, uid: str, /, default: Any = None) -> Any:
+        rec = self._records.by_uid.get(uid)
+        v = getattr(rec, self._name) if rec is not None else None
+        return default if v is None else v
+
+    def items(self) -> ItemsView[str, V]:
+        return _FieldItems(self)
+
+    def values(self) -> ValuesView[V]:
+        return _FieldValues(self)
+
+    def _pairs(self) -> list[tuple[str, V]]:
+        name = self._name
+        return [
+            (r.uid, v) for r in list(self._records.by_uid.values()) if (v := getattr(r, name)) is not None
+        ]
+
     def clear(self) -> None:
         self._records.clear(self._name)
+
+
+class _FieldItems(ItemsView[str, V]):
+    _mapping: FieldView[V]
+
+    def __iter__(self) -> Iterator[tuple[str, V]]:
+        return iter(self._mapping._pairs())
+
+
+class _FieldValues(ValuesView[V]):
+    _mapping: FieldView[V]
+
+    def __iter__(self) -> Iterator[V]:
+        return iter([v for _, v in self._mapping._pairs()])
 
 
 class FlagView(MutableSet[str]):

@@ -5,6 +5,7 @@ all of it but the devices held until confirmed, and the reconcilers are found by
 from __future__ import annotations
 
 import ast
+from collections.abc import ItemsView, Mapping, ValuesView
 from pathlib import Path
 
 from queueing.api.v1beta1 import Admission
@@ -35,6 +36,32 @@ def test_views_by_field_share_one_record_per_workload() -> None:
     del held["u1"]
     assert records.get("u1") is None  # nothing left: the record is gone
     assert admissions.pop("u2") is adm and records.get("u2") is None and not records.by_uid
+
+
+def test_view_reads_agree_with_the_mapping_mixins() -> None:
+    """FieldView's own get/items/values (one pass over the records) answer as the Mapping mixins do
+    (through ``__getitem__`` per key), over records where the field is set, unset and reset."""
+    records = Records()
+    admissions: FieldView[Admission] = FieldView(records, "admission")
+    evicting: FieldView[Evicting] = FieldView(records, "evicting")
+    adm = Admission.model_validate({"clusterQueue": "team", "podSetAssignments": []})
+    for i in range(12):
+        uid = f"u{i}"
+        if i % 3:
+            admissions[uid] = adm
+        if i % 4 == 0:
+            evicting[uid] = Evicting(uid, f"default/w{i}", "Preempted", "why", float(i), None)
+    del admissions["u4"]
+    records.release("u5")
+    for view in (admissions, evicting):
+        mixin_items = [(k, view[k]) for k in view]
+        assert list(view.items()) == mixin_items == list(ItemsView(view))
+        assert list(view.values()) == [v for _, v in mixin_items] == list(ValuesView(view))
+        for uid in [*(f"u{i}" for i in range(14)), ""]:
+            assert view.get(uid) == Mapping.get(view, uid)
+            assert view.get(uid, "none") == Mapping.get(view, uid, "none")
+        assert dict(view.items()) == dict(view) and len(view.items()) == len(view)
+    assert ("u1", adm) in admissions.items() and ("u4", adm) not in admissions.items()
 
 
 def test_the_controller_keeps_no_parallel_per_uid_dicts() -> None:
