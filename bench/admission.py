@@ -453,10 +453,25 @@ class _ClaimTexts:
     def __init__(self, verify: bool) -> None:
         self.verify = verify
         self._memo: dict[tuple[object, ...], _Text] = {}
+        # id of a claim object -> (the object, held so that its id is not reused; its text): the
+        # placer shares one object per claim value (``DraPlacer._planned``)
+        self._by_id: dict[int, tuple[object, object]] = {}
 
     def of(self, claims: tuple[Any, ...]) -> tuple[object, ...]:
         """``claims`` with each claim replaced by an object of the same repr."""
-        return tuple(map(self._one, claims))
+        return tuple(map(self._by_object, claims))
+
+    def _by_object(self, c: Any) -> object:
+        got = self._by_id.get(id(c))
+        if got is not None and got[0] is c:
+            if self.verify and repr(got[1]) != repr(c):
+                raise RuntimeError(
+                    f"verify: decision hash: the kept text of claim {c.name} differs from its repr"
+                )
+            return got[1]
+        text = self._one(c)
+        self._by_id[id(c)] = (c, text)
+        return text
 
     def _one(self, c: Any) -> object:
         results = c.results
