@@ -17,7 +17,7 @@ Pure data structure (no clock): ``run_cycle`` only reads it; the caller changes 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Iterator, Mapping
 
 from queueing.scheduling.snapshot import WorkloadInfo
@@ -33,7 +33,12 @@ def run_order(w: WorkloadInfo) -> tuple[int, float, str]:
 class Backlog:
     """Pending workloads by LocalQueue and fit signature, each run sorted (see the module doc)."""
 
-    def __init__(self, workloads: Iterable[WorkloadInfo] = (), *, released: float = float("-inf")) -> None:
+    def __init__(
+        self, workloads: Iterable[WorkloadInfo] = (), *, released: float = float("-inf"), verify: bool = False
+    ) -> None:
+        """``verify``: every insertion at the end of a run (``_insert``'s shortcut) also asks
+        ``bisect_right`` where the workload goes and fails on a difference."""
+        self._verify = verify
         self._by_key: dict[str, WorkloadInfo] = {}
         # LocalQueue key -> fit signature -> run (sorted by ``run_order``)
         self._queues: dict[str, dict[str, list[WorkloadInfo]]] = {}
@@ -160,5 +165,13 @@ class Backlog:
         run = runs.get(wl.fit_signature)
         if run is None:
             runs[wl.fit_signature] = [wl]
+            return
+        k = run_order(wl)
+        if run_order(run[-1]) < k:
+            # after the whole run, where most land (arrivals and requeues come in time order): what
+            # ``insort`` does, without its binary search (keys are unique: no ties)
+            if self._verify and bisect_right(run, k, key=run_order) != len(run):
+                raise RuntimeError(f"verify: Backlog: {wl.key} does not go at the end of its run")
+            run.append(wl)
         else:
             insort(run, wl, key=run_order)

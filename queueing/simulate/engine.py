@@ -226,7 +226,7 @@ class Simulation:
         lq_of = {lq.key: lq.cluster_queue for lq in q.local_queues}
         arrivals = sorted(sc.jobs, key=lambda j: (j.arrival, j.key))
         ai = 0
-        pending = Backlog()  # kept sorted between cycles (see scheduling.backlog)
+        pending = Backlog(verify=cfg.verify)  # kept sorted between cycles (see scheduling.backlog)
         memo = CycleMemo()
         running: dict[str, AdmittedWorkload] = {}
         started: dict[str, int] = {}  # key -> admission serial (to ignore stale finish entries)
