@@ -36,8 +36,9 @@ class Backlog:
     def __init__(
         self, workloads: Iterable[WorkloadInfo] = (), *, released: float = float("-inf"), verify: bool = False
     ) -> None:
-        """``verify``: every insertion at the end of a run (``_insert``'s shortcut) also asks
-        ``bisect_right`` where the workload goes and fails on a difference."""
+        """``verify``: the shortcuts of ``_insert`` (at the end of a run) and ``remove`` (the head of
+        a run) also ask ``bisect_right`` / ``bisect_left`` where the workload is and fail on a
+        difference."""
         self._verify = verify
         self._by_key: dict[str, WorkloadInfo] = {}
         # LocalQueue key -> fit signature -> run (sorted by ``run_order``)
@@ -139,7 +140,12 @@ class Backlog:
         if self._held.pop(key, None) is None:
             runs = self._queues[wl.queue_key]
             run = runs[wl.fit_signature]
-            i = bisect_left(run, run_order(wl), key=run_order)
+            if run[0] is wl:  # the run's head (an admission, mostly): no binary search
+                i = 0
+                if self._verify and bisect_left(run, run_order(wl), key=run_order) != 0:
+                    raise RuntimeError(f"verify: Backlog: {wl.key} is the head of an unsorted run")
+            else:
+                i = bisect_left(run, run_order(wl), key=run_order)
             assert run[i] is wl, "a run lost its order"
             del run[i]
             if not run:
