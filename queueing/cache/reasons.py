@@ -12,7 +12,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import compress, count
+from itertools import compress, count, islice
 from operator import attrgetter, is_not, itemgetter
 
 from queueing.scheduling.backlog import Backlog
@@ -79,7 +79,8 @@ class ReasonChanges:
                     if j is not None:
                         n = min(len(pws) - j, len(ws))
                         # how many agree, in order (identity): the first index where they differ
-                        k = next(compress(count(), map(is_not, pws[j : j + n], ws[:n])), n)
+                        # (map stops at the shorter of the two: after n pairs)
+                        k = next(compress(count(), map(is_not, islice(pws, j, None), ws)), n)
                         todo = ws[k:]
             keys: list[str] = list(map(_key, todo)) if todo is not None else [one] if one is not None else []
             if not keys:
