@@ -47,6 +47,7 @@ from queueing.scheduling.snapshot import WorkloadInfo
 from queueing.simulate.engine import Simulation
 from queueing.simulate.scenario import Scenario, SimJob
 from queueing.testing.defaults import default_job, generate_job_selector
+from queueing.verify import verify_from_env
 
 DRIVER = "gpu.nvidia.com"
 SIZES = {  # name: (units, duration s, priority, interval s, count per CQ in baseline)
@@ -375,7 +376,13 @@ def main() -> int:
     )
     print(f"process CPU {time.process_time():.1f}s (wall above CPU: other processes shared the cores)")
     print(f"machine: reference loop {reference:.3f}s (fixed pure-Python work; compares machines and days)")
+    # the scenario and the result stay referenced past this frame: freeing their millions of
+    # objects when it returns took 2 s of the large shape's wall time (see ``__main__`` below)
+    _KEEP.extend((sc, result))
     return 0
+
+
+_KEEP: list[object] = []
 
 
 def reference_loop() -> float:
@@ -403,20 +410,91 @@ def process_age() -> float | None:
     return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
-def decision_hashes(events: list[Any]) -> tuple[str, str]:
+def decision_hashes(events: list[Any], verify: bool | None = None) -> tuple[str, str]:
     """Hashes of the events and of each admission's plan (per pod: node, devices, claims, node
-    resources): equal hashes, the same decisions."""
+    resources): equal hashes, the same decisions. A planned claim's text is made once per distinct
+    value (``_ClaimTexts``: pydantic's repr of the allocation results was most of the hash's time);
+    ``verify`` (None: ``QUEUEING_VERIFY``) also makes every claim's text afresh and compares."""
+    if verify is None:
+        verify = verify_from_env(os.environ)
+    texts = _ClaimTexts(verify)
     ev, dev = hashlib.sha256(), hashlib.sha256()
     for e in events:
         ev.update(repr(e).encode())
         if e.event == "Admitted" and e.admission is not None:
             a = e.admission.assignment
             pods = [
-                (pp.pod, pp.node, [p.device.key for p in pp.picks], pp.claims, pp.node_resources)
+                (pp.pod, pp.node, [p.device.key for p in pp.picks], texts.of(pp.claims), pp.node_resources)
                 for pp in a.placement.detail.pods
             ]
             dev.update(repr((e.job, sorted(a.usage.items()), pods)).encode())
     return ev.hexdigest()[:16], dev.hexdigest()[:16]
+
+
+class _Text:
+    """An object whose repr is a given text (stands for the object it was made of)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class _ClaimTexts:
+    """``repr`` of planned claims, made once per distinct value: a claim's repr is a function of its
+    fields and of its results' fields (pydantic's repr: the fields in order, then the extra ones;
+    pydantic validated each field to its annotated type, so equal values have equal reprs), so
+    claims whose values agree share one text. A claim with a result that has extra fields or an
+    unhashable value (a list, a dict) is not kept (its repr is made each time)."""
+
+    def __init__(self, verify: bool) -> None:
+        self.verify = verify
+        self._memo: dict[tuple[object, ...], _Text] = {}
+        # id of a claim object -> (the object, held so that its id is not reused; its text): the
+        # placer shares one object per claim value (``DraPlacer._planned``)
+        self._by_id: dict[int, tuple[object, object]] = {}
+
+    def of(self, claims: tuple[Any, ...]) -> tuple[object, ...]:
+        """``claims`` with each claim replaced by an object of the same repr."""
+        return tuple(map(self._by_object, claims))
+
+    def _by_object(self, c: Any) -> object:
+        got = self._by_id.get(id(c))
+        if got is not None and got[0] is c:
+            if self.verify and repr(got[1]) != repr(c):
+                raise RuntimeError(
+                    f"verify: decision hash: the kept text of claim {c.name} differs from its repr"
+                )
+            return got[1]
+        text = self._one(c)
+        self._by_id[id(c)] = (c, text)
+        return text
+
+    def _one(self, c: Any) -> object:
+        results = c.results
+        if any(r.__pydantic_extra__ for r in results):
+            return c
+        key = (
+            type(c),
+            c.name,
+            c.resource_claim_name,
+            c.extended,
+            *[(type(r), *r.__dict__.values()) for r in results],
+        )
+        try:
+            got = self._memo.get(key)
+        except TypeError:  # an unhashable value
+            return c
+        if got is None:
+            got = self._memo[key] = _Text(repr(c))
+        elif self.verify and got.text != repr(c):
+            raise RuntimeError(
+                f"verify: decision hash: the kept text of claim {c.name} differs from its repr"
+            )
+        return got
 
 
 if __name__ == "__main__":

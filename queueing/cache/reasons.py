@@ -12,7 +12,8 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from operator import attrgetter, itemgetter
+from itertools import compress, count, islice
+from operator import attrgetter, is_not, itemgetter
 
 from queueing.scheduling.backlog import Backlog
 from queueing.scheduling.cycle import PendingReason, PendingReasons
@@ -77,9 +78,9 @@ class ReasonChanges:
                     j = next((i for i in range(min(len(pws), self._SHIFT)) if pws[i] is head), None)
                     if j is not None:
                         n = min(len(pws) - j, len(ws))
-                        k = 0  # how many agree, in order (identity)
-                        while k < n and pws[j + k] is ws[k]:
-                            k += 1
+                        # how many agree, in order (identity): the first index where they differ
+                        # (map stops at the shorter of the two: after n pairs)
+                        k = next(compress(count(), map(is_not, islice(pws, j, None), ws)), n)
                         todo = ws[k:]
             keys: list[str] = list(map(_key, todo)) if todo is not None else [one] if one is not None else []
             if not keys:

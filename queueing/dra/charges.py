@@ -167,7 +167,11 @@ def _charges(
         if parts is None:
             out[k] = Fraction(n or 0)
             continue
-        total = sum((Fraction(num, den) for den, num in parts.items()), Fraction(0))
+        if len(parts) == 1:  # one denominator (the usual case): the sum is that fraction
+            ((den, num),) = parts.items()
+            total = Fraction(num, den)
+        else:
+            total = sum((Fraction(num, den) for den, num in parts.items()), Fraction(0))
         out[k] = total if n is None else n + total  # (a class named like a capacity)
     return out, tuple(devices)
 

@@ -17,7 +17,7 @@ Pure data structure (no clock): ``run_cycle`` only reads it; the caller changes 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Iterator, Mapping
 
 from queueing.scheduling.snapshot import WorkloadInfo
@@ -33,7 +33,13 @@ def run_order(w: WorkloadInfo) -> tuple[int, float, str]:
 class Backlog:
     """Pending workloads by LocalQueue and fit signature, each run sorted (see the module doc)."""
 
-    def __init__(self, workloads: Iterable[WorkloadInfo] = (), *, released: float = float("-inf")) -> None:
+    def __init__(
+        self, workloads: Iterable[WorkloadInfo] = (), *, released: float = float("-inf"), verify: bool = False
+    ) -> None:
+        """``verify``: the shortcuts of ``_insert`` (at the end of a run) and ``remove`` (the head of
+        a run) also ask ``bisect_right`` / ``bisect_left`` where the workload is and fail on a
+        difference."""
+        self._verify = verify
         self._by_key: dict[str, WorkloadInfo] = {}
         # LocalQueue key -> fit signature -> run (sorted by ``run_order``)
         self._queues: dict[str, dict[str, list[WorkloadInfo]]] = {}
@@ -134,7 +140,12 @@ class Backlog:
         if self._held.pop(key, None) is None:
             runs = self._queues[wl.queue_key]
             run = runs[wl.fit_signature]
-            i = bisect_left(run, run_order(wl), key=run_order)
+            if run[0] is wl:  # the run's head (an admission, mostly): no binary search
+                i = 0
+                if self._verify and bisect_left(run, run_order(wl), key=run_order) != 0:
+                    raise RuntimeError(f"verify: Backlog: {wl.key} is the head of an unsorted run")
+            else:
+                i = bisect_left(run, run_order(wl), key=run_order)
             assert run[i] is wl, "a run lost its order"
             del run[i]
             if not run:
@@ -160,5 +171,13 @@ class Backlog:
         run = runs.get(wl.fit_signature)
         if run is None:
             runs[wl.fit_signature] = [wl]
+            return
+        k = run_order(wl)
+        if run_order(run[-1]) < k:
+            # after the whole run, where most land (arrivals and requeues come in time order): what
+            # ``insort`` does, without its binary search (keys are unique: no ties)
+            if self._verify and bisect_right(run, k, key=run_order) != len(run):
+                raise RuntimeError(f"verify: Backlog: {wl.key} does not go at the end of its run")
+            run.append(wl)
         else:
             insort(run, wl, key=run_order)

@@ -56,6 +56,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from fractions import Fraction
 from functools import cached_property
 from math import isqrt
+from operator import countOf
 from typing import Any
 
 from queueing.api.base import ObjectMeta
@@ -1029,7 +1030,9 @@ class DraPlacer:
                     frac = max(frac, float(used / cap))
             busy += min(frac, 1.0)
         taken = u.devices
-        busy += sum(1 for key in lone.intersection(taken) if taken[key])  # the set walked at C speed
+        # the taken lone devices with a count that is not zero, at C speed (a count is a number)
+        inter = lone.intersection(taken)
+        busy += len(inter) - countOf(map(taken.__getitem__, inter), 0)
         multi = {k for k, _ in u.capacity}
         busy += sum(1 for k in multi if k in lone)
         return busy

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sched_helpers import gpu_cq, job, lq, nodes, snapshot
 
 from queueing.scheduling import CountingPlacer, run_cycle
-from queueing.scheduling.backlog import Backlog
+from queueing.scheduling.backlog import Backlog, run_order
 from queueing.scheduling.config import SchedulingConfig
 from queueing.scheduling.cycle import CycleMemo, PendingReason, PendingReasons
 from queueing.scheduling.snapshot import FlavorSpec, Taint
@@ -191,3 +191,29 @@ def test_backlog_built_at_once_is_built_one_by_one(rows: list[tuple[Any, ...]], 
     # and what verify mode checks in a cycle (``Nominator``) holds on the same input
     snap = snapshot([gpu_cq("cq", 4)], [lq("lq-a", "cq"), lq("lq-b", "cq")], ws)
     run_cycle(snap, CountingPlacer(nodes(1)), max(released, 0.0), SchedulingConfig(verify=True))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 9),  # name (repeats: a later one replaces the earlier)
+            st.sampled_from(["lq-a", "lq-b"]),
+            st.integers(0, 2),  # priority
+            st.sampled_from([0.0, 1.0, 2.0, 3.0]),  # time: mostly in order, as arrivals and requeues
+        ),
+        max_size=30,
+    )
+)
+def test_backlog_add_at_the_end_of_a_run_is_insort(rows: list[tuple[Any, ...]]) -> None:
+    """``add`` puts a workload that sorts after its whole run at the end without a binary search
+    (verify mode checks each such insertion): every run is what sorting it gives."""
+    b = Backlog(verify=True)
+    for n, q, p, t in rows:
+        b.add(job(f"w{n}", 1, queue=q, priority=p, t=t))
+    for runs in b.queues.values():
+        for run in runs.values():
+            assert run == sorted(run, key=run_order)
+    assert sorted(w.key for runs in b.queues.values() for run in runs.values() for w in run) == sorted(
+        {f"default/w{n}" for n, *_ in rows}
+    )
