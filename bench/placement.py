@@ -108,6 +108,7 @@ RACK_SHAPES = {
 }
 SHAPES = GPU_SHAPES | MIG_SHAPES | RACK_SHAPES
 RACK_LABEL = "example.com/rack"
+HOSTNAME = "kubernetes.io/hostname"
 # fractions of jobs per shape
 MIXES: dict[str, dict[str, float]] = {
     "mixed": {
@@ -226,8 +227,15 @@ def workload(job: Job, requests: dict[str, DraRequest]) -> WorkloadInfo:
     )
 
 
-def requests_of() -> dict[str, DraRequest]:
-    spec = {"containers": [{"name": "c", "image": "x"}], "resourceClaims": [{"name": "g"}]}
+def requests_of(avoid: Sequence[str] = ()) -> dict[str, DraRequest]:
+    """Each shape's request; ``avoid``: node names its pods must not use (required node affinity
+    ``kubernetes.io/hostname NotIn``: how ``--reserve`` keeps reserved nodes clear)."""
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}], "resourceClaims": [{"name": "g"}]}
+    if avoid:
+        term = {"matchExpressions": [{"key": HOSTNAME, "operator": "NotIn", "values": sorted(avoid)}]}
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
     out = {}
     for s in SHAPES.values():
         t = template(s)
@@ -260,14 +268,20 @@ def card_state(scorer: Scorer, usage: Any, i: int) -> list[tuple[Fraction, froze
     return out
 
 
-def stranded(scorer: Scorer, usage: Any, n_nodes: int, waiting: set[Shape]) -> float:
-    """Free GPU capacity (in cards) that no waiting shape can use."""
+def stranded(
+    scorer: Scorer, usage: Any, n_nodes: int, waiting: set[Shape], reserved: frozenset[int] = frozenset()
+) -> float:
+    """Free GPU capacity (in cards) that no waiting shape can use; on ``reserved`` nodes (``--reserve``)
+    all of it: only the gang they are held for may use them, and it does not fit there yet."""
     mig = {s.profile for s in waiting if s.kind == "mig"}
     per_pod = [s.per_pod for s in waiting if s.kind == "gpu"]
     need = min(per_pod) if per_pod else None
     total = Fraction(0)
     for i in range(n_nodes):
         cards = card_state(scorer, usage, i)
+        if i in reserved:
+            total += sum((free for free, _, _ in cards), Fraction(0))
+            continue
         whole_free = sum(1 for _, _, w in cards if w)
         for free, profiles, whole in cards:
             if not free:
@@ -330,9 +344,18 @@ def replay(
     sample_every: float,
     verify: bool = False,
     racks: int = 0,
+    reserve: bool = False,
 ) -> Run:
+    """One policy over ``jobs``. ``reserve``: whole-node reservation, an admission rule (the queue's,
+    not the placement's): while a gang of whole-node pods (8 GPUs each) waits, the oldest such gang
+    holds as many nodes as it has pods, those nearest to draining (most whole free cards, then fewest
+    pods), and jobs that arrived after it may not use them (required node affinity); the gang itself
+    places as usual, and the hold moves to the nodes nearest to draining at every event."""
     nodes, slices, classes = cluster(n_nodes, racks)
     reqs = requests_of()
+    avoiding: dict[tuple[str, ...], dict[str, DraRequest]] = {(): reqs}
+    reserved: frozenset[int] = frozenset()
+    names: tuple[str, ...] = ()
     templates = [template(s) for s in SHAPES.values()]
     placer = DraPlacer(nodes, slices, classes, templates=templates, verify=verify)
     levels = ((RACK_LABEL, False), ("kubernetes.io/hostname", False)) if racks else ()
@@ -361,7 +384,7 @@ def replay(
             placer.sync(state)
             waiting = {j.shape for j in pending}
             # nothing waits: nothing is stranded
-            strand = stranded(scorer, placer.cluster.usage, n_nodes, waiting) if waiting else 0.0
+            strand = stranded(scorer, placer.cluster.usage, n_nodes, waiting, reserved) if waiting else 0.0
             run.samples.append((next_sample, float(running_units) / capacity, strand))
             run.waiting_mig.append((next_sample, sum(1 for j in pending if j.shape.kind == "mig")))
             next_sample += sample_every
@@ -372,12 +395,30 @@ def replay(
             failed.clear()
         else:
             pending.append(job)
+        head: Job | None = None
+        if reserve:
+            head = next((p for p in pending if p.shape.kind == "gpu" and p.shape.per_pod == 8), None)
+            reserved = frozenset()
+            if head is not None:
+                placer.sync(state)
+                usage = placer.cluster.usage
+                used = placer.cluster.used
+                near = sorted(
+                    range(n_nodes), key=lambda i: (-scorer.whole_free(i, usage), int(used[i]["pods"]), i)
+                )
+                reserved = frozenset(near[: head.shape.pods])
+            names = tuple(sorted(nodes[i].name for i in reserved))
+            if names not in avoiding:
+                if len(avoiding) > 10_000:
+                    avoiding = {(): reqs}
+                avoiding[names] = requests_of(names)
         still: list[Job] = []
         for p in pending:
             if p.shape.name in failed:
                 still.append(p)
                 continue
-            wl = workload(p, reqs)
+            kept_clear = head is not None and p.arrival > head.arrival and p.shape.per_pod != 8
+            wl = workload(p, avoiding[names] if kept_clear else reqs)
             c0 = time.process_time()
             got = placer.place(wl, {}, flavors, state)
             run.cpu += time.process_time() - c0
@@ -391,6 +432,8 @@ def replay(
                     run.preferred += 1
                     run.preferred_minimal += spans <= racks_needed(placer, scorer, p.shape.pods)
             if isinstance(got, Placement):
+                if kept_clear and head is not None and set(got.nodes) & set(names):
+                    raise AssertionError(f"job-{p.key} placed on a node reserved for job-{head.key}")
                 state = placer.add(state, wl.key, got)
                 p.start = t
                 running_units += p.shape.units
@@ -453,7 +496,6 @@ def report(trace: str, runs: dict[str, Run]) -> None:
                 f"of the samples after the warm-up, {sum(late) / max(1, len(late)):.1f} on average; "
                 f"memory slices per admitted MIG job {8 * float(r.admitted_mig_units) / r.admitted_mig:.2f}"
             )
-    lf = runs[LEAST_FRAGMENTATION]
 
     def change(new: float | None, old: float | None) -> str:
         return f"{100 * (new - old) / old:+.1f}%" if old and new is not None else "n/a"
@@ -465,14 +507,17 @@ def report(trace: str, runs: dict[str, Run]) -> None:
                 f"preferred-rack gangs {r.preferred}, on the fewest racks {r.preferred_minimal} "
                 f"({100 * r.preferred_minimal / max(1, r.preferred):.1f}%)"
             )
-    print(
-        f"[{trace}] LeastFragmentation vs FirstFit: stranded {change(avg(lf, 2), avg(ff, 2))}, "
-        f"MIG admitted {change(lf.admitted_mig, ff.admitted_mig)}, "
-        f"g8 mean wait {change(mean_wait(lf, 'g8'), mean_wait(ff, 'g8'))} "
-        f"(with the unplaced {change(mean_wait(lf, 'g8', True), mean_wait(ff, 'g8', True))}), "
-        f"utilisation {change(avg(lf, 1), avg(ff, 1))}, "
-        f"placement CPU x{(lf.cpu / max(1, lf.decisions)) / max(1e-12, ff.cpu / max(1, ff.decisions)):.2f}"
-    )
+    for label, lf in runs.items():
+        if label == FIRST_FIT:
+            continue
+        print(
+            f"[{trace}] {label} vs FirstFit: stranded {change(avg(lf, 2), avg(ff, 2))}, "
+            f"MIG admitted {change(lf.admitted_mig, ff.admitted_mig)}, "
+            f"g8 mean wait {change(mean_wait(lf, 'g8'), mean_wait(ff, 'g8'))} "
+            f"(with the unplaced {change(mean_wait(lf, 'g8', True), mean_wait(ff, 'g8', True))}), "
+            f"utilisation {change(avg(lf, 1), avg(ff, 1))}, "
+            f"placement CPU x{(lf.cpu / max(1, lf.decisions)) / max(1e-12, ff.cpu / max(1, ff.decisions)):.2f}"
+        )
 
 
 # ------------------------------------------------------------------ several seeds
@@ -506,34 +551,43 @@ def summary(trace: str, per_seed: Sequence[dict[str, Run]], first_seed: int) -> 
     by seed: both policies replay the same jobs, so the paired change is what the policy did;
     the spread between seeds says how far one seed's change can be trusted."""
     n = len(per_seed)
+    labels = list(per_seed[0])
     print(f"[{trace}] summary over {n} seeds ({first_seed} .. {first_seed + n - 1}): mean ± sd [min .. max]")
     for label, fig in FIGURES:
-        vals = {p: [fig(runs[p]) for runs in per_seed] for p in POLICIES}
+        vals = {p: [fig(runs[p]) for runs in per_seed] for p in labels}
         if any(v is None for xs in vals.values() for v in xs):
             continue
-        changes = [
-            100 * (lf - ff) / ff
-            for ff, lf in zip(vals[FIRST_FIT], vals[LEAST_FRAGMENTATION], strict=True)
-            if ff
-        ]
+        changes = {
+            p: [100 * (x - ff) / ff for ff, x in zip(vals[FIRST_FIT], vals[p], strict=True) if ff]
+            for p in labels
+            if p != FIRST_FIT
+        }
         print(
             f"[{trace}]   {label:40s} "
-            + "   ".join(f"{p} {spread(vals[p])}" for p in POLICIES)
-            + (f"   change % {spread(changes)}" if changes else "")
+            + "   ".join(f"{p} {spread(vals[p])}" for p in labels)
+            + "".join(
+                f"   change % {'' if p == LEAST_FRAGMENTATION else p + ' '}{spread(c)}"
+                for p, c in changes.items()
+                if c
+            )
         )
     # waits pooled over the seeds (every job of every seed: steadier than a mean of ratios)
     for shape in ("g8", "g16"):
         pooled = {}
-        for p in POLICIES:
+        for p in labels:
             w = [
                 x for runs in per_seed for x in runs[p].waits.get(shape, []) + runs[p].unplaced.get(shape, [])
             ]
             pooled[p] = (sum(w) / len(w) / 60 if w else 0.0, len(w))
-        ff, lf = pooled[FIRST_FIT][0], pooled[LEAST_FRAGMENTATION][0]
+        ff = pooled[FIRST_FIT][0]
         print(
             f"[{trace}]   {shape} mean wait pooled over the seeds, with the unplaced: "
             + ", ".join(f"{p} {m:.2f} min (n={k})" for p, (m, k) in pooled.items())
-            + (f", change {100 * (lf - ff) / ff:+.1f}%" if ff else "")
+            + "".join(
+                f", change {'' if p == LEAST_FRAGMENTATION else p + ' '}{100 * (m - ff) / ff:+.1f}%"
+                for p, (m, _) in pooled.items()
+                if ff and p != FIRST_FIT
+            )
         )
 
 
@@ -682,6 +736,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--plots", type=Path, default=None, help="write PNGs to this directory")
     ap.add_argument("--verify", action="store_true", help="verify mode in the placer and the scorer")
     ap.add_argument("--quick", action="store_true", help="a small run (smoke test)")
+    ap.add_argument(
+        "--reserve",
+        action="store_true",
+        help="also replay both policies with whole-node reservation for waiting 8-GPU-pod gangs",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes, args.jobs, args.milp_nodes = 3, 40, "2"
@@ -710,6 +769,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs: dict[str, Run] = {
                 p: replay(p, jobs, n, horizon, every, verify=args.verify, racks=racks) for p in POLICIES
             }
+            if args.reserve:
+                for p in POLICIES:
+                    r = replay(p, jobs, n, horizon, every, verify=args.verify, racks=racks, reserve=True)
+                    r.policy = f"{p}+reserve"
+                    runs[r.policy] = r
             report(trace, runs)
             per_seed.append(runs)
             if args.plots is not None and seed == args.seed:

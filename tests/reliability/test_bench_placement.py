@@ -77,6 +77,31 @@ def test_placement_bench_seeds() -> None:
     ), text
 
 
+def test_placement_bench_reserve() -> None:
+    """``--reserve``: both policies also replayed with whole-node reservation (the replay itself
+    checks that no later job lands on a reserved node), each paired against FirstFit."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "placement.py"),
+            "--quick",
+            "--trace",
+            "mixed",
+            "--reserve",
+            "--milp-nodes",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    for policy in ("FirstFit+reserve", "LeastFragmentation+reserve"):
+        assert re.search(rf"^\[mixed\] {re.escape(policy)} +stranded +[\d.]+ GPUs", text, re.M), text
+        assert re.search(rf"^\[mixed\] {re.escape(policy)} vs FirstFit: stranded", text, re.M), text
+
+
 def test_mig_layout_picture(tmp_path: Path) -> None:
     png = tmp_path / "layout.png"
     out = subprocess.run(
