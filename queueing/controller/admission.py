@@ -691,9 +691,11 @@ class AdmissionExecutor(Eviction):
             self.clock(),
             wl.metadata.generation,
         )
-        await self._patch_status(wl, {"conditions": _dump(conds), "reason": text[:REASON_MAX]})
+        out = await self._patch_status(wl, {"conditions": _dump(conds), "reason": text[:REASON_MAX]})
+        if out is None:  # deleted meanwhile: nothing is kept about it (and no Event for a gone object)
+            return
         self.pending_reasons[wl.key] = reason
-        await self.events.emit(wl, "Normal", reason.reason, text)
+        await self.events.emit(out, "Normal", reason.reason, text)
 
 
 _NUMBER = re.compile(r"\d+")

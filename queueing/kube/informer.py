@@ -128,6 +128,10 @@ class _Watch(Watch):
 _EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
 
+#: deleted keys an informer remembers with their deletion's resourceVersion (see ``Informer.observe``)
+GONE_KEPT = 4096
+
+
 def _newer(rv: str, than: str | None) -> bool:
     """Whether resourceVersion ``rv`` is newer than ``than`` (integers as etcd revisions; otherwise
     assume it is newer, as a fresh response is)."""
@@ -176,6 +180,9 @@ class Informer(Generic[T]):
         self._invalid_refs: dict[str, KubeObject] = {}
         self.stats = InformerStats()
         self._cache: dict[str, T] = {}
+        # key -> resourceVersion of its DELETED event (the last GONE_KEPT): ``observe`` does not bring
+        # back an object whose deletion the watch delivered before our write's response came
+        self._gone: dict[str, str] = {}
         self._handlers: list[Handler[T]] = []
         self._mirrors: list[Callable[[T | None, T | None], None]] = []
         self._task: asyncio.Task[None] | None = None
@@ -209,13 +216,16 @@ class Informer(Generic[T]):
         """Put an object we just wrote (the API server's response) into the cache at once, unless the
         cache already holds a newer version; the watch event that follows changes nothing more. This
         keeps the controller from acting twice on a stale cache (client-go's mutation cache). Handlers
-        are not called. Returns the cached object."""
+        are not called. Returns the cached object: None when it is invalid, or when the watch delivered
+        its deletion (of a later resourceVersion) before this response came: a gone object stays gone."""
         key = self._key(raw)
         old = self._cache.get(key)
-        if old is not None and not _newer(
-            str((raw.get("metadata") or {}).get("resourceVersion") or ""), old.metadata.resource_version
-        ):
+        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        if old is not None and not _newer(rv, old.metadata.resource_version):
             return old
+        gone = self._gone.get(key) if old is None else None
+        if gone is not None and not _newer(rv, gone):
+            return None  # written before its deletion, which the watch delivered first: it stays gone
         obj = self._parse(raw)
         if obj is not None:
             self._cache[key] = obj
@@ -379,6 +389,11 @@ class Informer(Generic[T]):
         self.stats.events += 1
         if etype == "DELETED":
             self.invalid.pop(key, None)
+            if rv:
+                self._gone.pop(key, None)
+                self._gone[key] = rv
+                if len(self._gone) > GONE_KEPT:
+                    del self._gone[next(iter(self._gone))]
             if old is not None:
                 del self._cache[key]
                 await self._dispatch(old, None)

@@ -292,6 +292,29 @@ async def test_a_mirror_sees_observed_writes_and_a_transform_cuts_objects(kube: 
     await inf.stop()
 
 
+async def test_a_write_answered_after_the_watch_delivered_its_deletion_does_not_bring_it_back(
+    kube: KubeClient,
+) -> None:
+    """A status write races a deletion: the watch delivers DELETED before the write's response is
+    handled. ``observe`` of that response must not put the deleted object back into the cache (the
+    controller would keep a pending reason and an Event for it, tests/controller/test_forget.py);
+    an object created again under the same name (a later resourceVersion) is cached as usual."""
+    inf: Informer[Pod] = Informer(kube, PODS, Pod)
+    inf.start()
+    await inf.wait_synced(5)
+    raw = await kube.create(PODS, pod("race", {"x": "1"}))
+    written = await kube.patch(PODS, "race", {"metadata": {"labels": {"x": "2"}}}, "default")
+    await kube.delete(PODS, "race", "default")
+    await eventually(lambda: inf.get("race", "default") is None and inf.stats.events >= 3, "the deletion")
+    assert inf.observe(written) is None and inf.observe(raw) is None  # answered late: stays gone
+    assert inf.get("race", "default") is None
+    again = await kube.create(PODS, pod("race", {"x": "3"}))
+    assert inf.observe(again) is not None  # created anew: a later version than the deletion
+    cached = inf.get("race", "default")
+    assert cached is not None and cached.labels == {"x": "3"}
+    await inf.stop()
+
+
 async def test_managed_fields_are_not_kept(kube: KubeClient) -> None:
     """What a real API server adds to every object (the emulator does not): the cache leaves it out,
     the dict given to ``observe`` keeps it."""
