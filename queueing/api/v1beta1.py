@@ -1392,6 +1392,11 @@ class Workload(SpecModel, KubeObject):
     def pod_set(self, name: str) -> PodSet | None:
         return next((p for p in self.spec.pod_sets if p.name == name), None)
 
+    @property
+    def local_queue_key(self) -> str:
+        """``namespace/name`` of the LocalQueue it was submitted to (``LocalQueue.key``)."""
+        return f"{self.namespace or 'default'}/{self.spec.queue_name}"
+
 
 KINDS: tuple[type[KubeObject], ...] = (
     ResourceFlavor,

@@ -128,7 +128,7 @@ async def _queues(kube: Any, wl: Any) -> dict[str, Any] | None:
         return None
     # the controller's own order, when its visibility API answers (else the estimate in _queue_lines)
     visibility = None
-    lq = next((q for q in lqs if q.key == f"{wl.namespace or 'default'}/{wl.spec.queue_name}"), None)
+    lq = next((q for q in lqs if q.key == wl.local_queue_key), None)
     if lq is not None:
         path = (
             f"/apis/visibility.queueing.dra.io/v1beta1/clusterqueues/{lq.spec.cluster_queue}/pendingworkloads"
@@ -278,9 +278,7 @@ def _queue_lines(wl: Any, queues: dict[str, Any] | None) -> tuple[list[str], lis
             (w for w in queues["workloads"] if _pending(w)),
             key=lambda w: (-(w.spec.priority or 0), w.metadata.creation_timestamp or "", w.key),
         )
-        in_cq = [
-            w.key for w in pending if cq_of.get(f"{w.namespace or 'default'}/{w.spec.queue_name}") == cq_name
-        ]
+        in_cq = [w.key for w in pending if cq_of.get(w.local_queue_key) == cq_name]
         in_lq = [
             w.key
             for w in pending

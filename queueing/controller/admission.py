@@ -343,7 +343,7 @@ class AdmissionExecutor(Eviction):
             reason_of.update(dict.fromkeys(keys, (pr.cluster_queue, bad)))
         for key, wl in by_key.items():
             rcq, bad = reason_of.get(key, (None, False))
-            cq = rcq or cq_of_lq.get(f"{wl.namespace or 'default'}/{wl.spec.queue_name}")
+            cq = rcq or cq_of_lq.get(wl.local_queue_key)
             if cq is None or cq not in counts:
                 continue
             counts[cq][1 if bad else 0] += 1

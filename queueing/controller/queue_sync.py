@@ -8,6 +8,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 from queueing.api.v1beta1 import (
@@ -218,19 +219,14 @@ class QueueSync(AdmissionExecutor):
         deltas (brought in step first: the same refresh the next cycle would make), not from a pass
         over every Workload the informer holds (finished ones included). Verify mode counts that pass
         too and fails on a difference."""
-        counts: dict[str, int] = {}
-        for wl in self._refresh_pending().objects.values():
-            key = f"{wl.namespace or 'default'}/{wl.spec.queue_name}"
-            counts[key] = counts.get(key, 0) + 1
+        counts = Counter(wl.local_queue_key for wl in self._refresh_pending().objects.values())
         if self.verify:
-            general: dict[str, int] = {}
-            for wl in self.workloads.list():
-                if self._pending_eligible(wl):
-                    key = f"{wl.namespace or 'default'}/{wl.spec.queue_name}"
-                    general[key] = general.get(key, 0) + 1
+            general = Counter(
+                wl.local_queue_key for wl in self.workloads.list() if self._pending_eligible(wl)
+            )
             if counts != general:
                 raise VerifyError("pending Workloads per LocalQueue", counts, general, "kept by deltas")
-        return counts
+        return dict(counts)
 
     async def _queue_status(self) -> None:
         wait = self._queue_status_at + self.queue_status_period - time.monotonic()

@@ -12,15 +12,21 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def test_placement_bench_small(tmp_path: Path) -> None:
+def run_placement(*args: str) -> str:
+    """``bench/placement.py --quick ARGS``: its output (stdout and stderr); it must exit 0."""
     out = subprocess.run(
-        [sys.executable, str(BENCH / "placement.py"), "--quick", "--trace", "all", "--plots", str(tmp_path)],
+        [sys.executable, str(BENCH / "placement.py"), "--quick", *args],
         capture_output=True,
         text=True,
         timeout=600,
     )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
+    return text
+
+
+def test_placement_bench_small(tmp_path: Path) -> None:
+    text = run_placement("--trace", "all", "--plots", str(tmp_path))
     assert re.search(r"^machine: reference loop [\d.]+s", text, re.M), text
     for trace in ("mixed", "alibaba", "rack", "mig"):
         for policy in ("FirstFit", "LeastFragmentation"):
@@ -43,24 +49,7 @@ def test_placement_bench_small(tmp_path: Path) -> None:
 def test_placement_bench_seeds() -> None:
     """``--seeds``: every seed replayed under both policies, then each figure's mean and spread per
     policy and the paired change, and the 8-GPU waits pooled over the seeds."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "placement.py"),
-            "--quick",
-            "--trace",
-            "mixed",
-            "--seeds",
-            "2",
-            "--milp-nodes",
-            "",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text
+    text = run_placement("--trace", "mixed", "--seeds", "2", "--milp-nodes", "")
     for seed in (1, 2):
         assert re.search(
             rf"^\[mixed\] \d+ jobs over [\d.]+ h on 3 H200 nodes, load 1.3, seed {seed}$", text, re.M
@@ -80,23 +69,7 @@ def test_placement_bench_seeds() -> None:
 def test_placement_bench_reserve() -> None:
     """``--reserve``: both policies also replayed with whole-node reservation (the replay itself
     checks that no later job lands on a reserved node), each paired against FirstFit."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "placement.py"),
-            "--quick",
-            "--trace",
-            "mixed",
-            "--reserve",
-            "--milp-nodes",
-            "",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text
+    text = run_placement("--trace", "mixed", "--reserve", "--milp-nodes", "")
     for policy in ("FirstFit+reserve", "LeastFragmentation+reserve"):
         assert re.search(rf"^\[mixed\] {re.escape(policy)} +stranded +[\d.]+ GPUs", text, re.M), text
         assert re.search(rf"^\[mixed\] {re.escape(policy)} vs FirstFit: stranded", text, re.M), text
