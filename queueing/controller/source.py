@@ -125,6 +125,11 @@ class WorkloadSource(PlanBinding):
             self._wake.set()
 
         async def sync(obj: KubeObject) -> None:
+            now = src.informer.get_key(obj.key)
+            if now is None or now.metadata.uid != obj.metadata.uid or now.metadata.deletion_timestamp:
+                # its deletion came in since the list above (the writes before this one waited): no
+                # Workload for an object that is gone (it would outlive it: its owner no longer exists)
+                return
             adapter = src.integration.adapt(obj, accept)
             wl = self._owned_workload(obj.metadata.uid or "")
             uid = wl.metadata.uid if wl is not None else None
