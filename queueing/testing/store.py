@@ -298,6 +298,7 @@ class Store:
         self._expiry: builtins.list[tuple[datetime, str, tuple[str, str], str]] = []
         self.events_expired = 0
         self._owned: dict[str, set[tuple[str, tuple[str, str]]]] = {}  # owner uid -> dependents
+        self._uids: set[str] = set()  # of the stored objects (an owner reference's owner exists)
         # (resource key, object key) -> the schema the stored object passed (``schemas.validate``
         # skips what an update leaves as it was under the same schema)
         self._validated: dict[tuple[str, tuple[str, str]], dict[str, Any]] = {}
@@ -346,7 +347,8 @@ class Store:
         for w in list(self.watchers):
             if w.rt.key == key:
                 w.close()
-        self.objects.pop(key, None)
+        for obj in self.objects.pop(key, {}).values():
+            self._uids.discard(obj["metadata"].get("uid"))
 
     def resolve(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self.by_gvr.get((group, version, plural))
@@ -365,6 +367,9 @@ class Store:
             self._check_unchanged(rt, key, old)
             self._unindex(rt, key, old)
         self.objects[rt.key][key] = obj
+        uid = obj["metadata"].get("uid")
+        if uid:
+            self._uids.add(uid)
         if rt.key in EVENT_KEYS and self.event_ttl is not None:
             expires = self.clock() + timedelta(seconds=self.event_ttl)
             heapq.heappush(self._expiry, (expires, rt.key, key, obj["metadata"].get("resourceVersion", "")))
@@ -401,6 +406,7 @@ class Store:
 
     def _drop(self, rt: ResourceType, key: tuple[str, str]) -> dict[str, Any]:
         obj = self.objects[rt.key].pop(key)
+        self._uids.discard(obj["metadata"].get("uid"))
         self._check_unchanged(rt, key, obj)
         self._fingerprints.pop((rt.key, key), None)
         self._validated.pop((rt.key, key), None)
@@ -719,7 +725,45 @@ class Store:
         if rt.key == CRD_KEY:
             obj = self._sync_crd(None, obj)
         self._emit(rt, "ADDED", None, obj)
+        if meta.get("ownerReferences"):
+            obj = self._absent_owners(rt, self._key(rt, ns, name), obj)
         return obj if share else copy.deepcopy(obj)
+
+    def _owner_type(self, ref: dict[str, Any]) -> ResourceType | None:
+        api_version, kind = ref.get("apiVersion", ""), ref.get("kind")
+        for rt in self.types.values():
+            if rt.kind == kind and any(
+                api_version == (f"{rt.group}/{v}" if rt.group else v) for v in rt.versions
+            ):
+                return rt
+        return None
+
+    def _absent_owners(self, rt: ResourceType, key: tuple[str, str], obj: dict[str, Any]) -> dict[str, Any]:
+        """What the garbage collector does with an object created for an owner that is gone (its
+        ``ownerReferences`` name a UID no object of that kind and name has): all owners absent, it is
+        deleted (Background); some absent, their references are removed. A controller that created
+        a Workload for a Job whose deletion it had not read yet ends up with nothing left over, as on
+        a real cluster. An owner kind the store does not serve is left alone (the real collector
+        cannot resolve it either), and so is a reference whose UID a stored object of another kind
+        or name has: the stand-ins' shortcut (a LeaderWorkerSet's pods name the StatefulSets the
+        real controller would make, with the LeaderWorkerSet's UID), where the real collector would
+        find the StatefulSet."""
+        refs = [r for r in obj["metadata"]["ownerReferences"] if isinstance(r, dict)]
+        solid = []
+        for ref in refs:
+            ort = self._owner_type(ref)
+            if ort is None or not ref.get("uid") or ref["uid"] in self._uids:
+                solid.append(ref)
+        if len(solid) == len(refs):
+            return obj
+        if not solid:
+            return self.delete(rt, key[0] or None, key[1], {"propagationPolicy": "Background"})
+        new = copy.deepcopy(obj)
+        new["metadata"]["ownerReferences"] = solid
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._put(rt, key, new)
+        self._emit(rt, "MODIFIED", obj, new)
+        return new
 
     def _check_kind(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         kind = obj.get("kind")

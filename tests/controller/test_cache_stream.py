@@ -41,11 +41,18 @@ def gpu_slice(node_name: str, n: int, generation: int) -> dict[str, Any]:
     }
 
 
-def claim(name: str, devices: list[tuple[str, int]], per_pod: bool) -> dict[str, Any]:
+def claim(name: str, devices: list[tuple[str, int]], owner: dict[str, Any] | None) -> dict[str, Any]:
+    """``owner``: the pod whose claim it is (a claim made from its template); the garbage collector
+    deletes a claim created for a pod that does not exist."""
     meta: dict[str, Any] = {"name": name, "namespace": "default"}
-    if per_pod:
+    if owner is not None:
         meta["ownerReferences"] = [
-            {"apiVersion": "v1", "kind": "Pod", "name": f"{name}-pod", "uid": f"{name}-u"}
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }
         ]
     body: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
@@ -94,6 +101,14 @@ class Writer:
             out = self.store.update(rt, ns, name, {**out, "status": obj["status"]}, subresource="status")
         return str(out["metadata"]["resourceVersion"])
 
+    def owner_pod(self, name: str) -> dict[str, Any]:
+        """The pod ``name`` (one that ended, requesting nothing), created on first use."""
+        rt = self.store.resource("pods", "")
+        try:
+            return self.store.get(rt, "default", name)
+        except Exception:
+            return self.store.create(rt, "default", pod(name, NODES[0], 0, "Succeeded"))
+
     def delete(self, plural: str, group: str, ns: str | None, name: str) -> bool:
         rt = self.store.resource(plural, group)
         try:
@@ -134,7 +149,10 @@ async def test_the_cache_equals_a_rebuild_after_every_informer_event(
             obj = gpu_slice(n, rng.randint(1, 4), rng.randint(1, 3))
         elif kind == "resourceclaims":
             devices = [(rng.choice(NODES), rng.randint(0, 3)) for _ in range(rng.randint(0, 2))]
-            obj = claim(f"c{rng.randint(0, 4)}", sorted(set(devices)), rng.random() < 0.5)
+            name = f"c{rng.randint(0, 4)}"
+            obj = claim(
+                name, sorted(set(devices)), w.owner_pod(f"{name}-pod") if rng.random() < 0.5 else None
+            )
         elif kind == "pods":
             obj = pod(f"p{rng.randint(0, 4)}", n, rng.randint(1, 8), rng.choice(["Running", "Succeeded"]))
         else:

@@ -391,6 +391,43 @@ async def test_garbage_collection_by_owner_references(kube: KubeClient) -> None:
     assert "ownerReferences" not in left["metadata"]
 
 
+async def test_objects_created_for_an_absent_owner_are_collected(kube: KubeClient) -> None:
+    """The garbage collector's absent-owner rule: a controller that creates a dependent for an owner
+    deleted meanwhile (it had not read the deletion yet) leaves nothing behind; a dependent with one
+    owner gone and one present only loses the dangling reference; a kind the server does not serve
+    cannot be resolved and is left alone."""
+    job = await kube.create(
+        JOBS, {"metadata": {"name": "j", "namespace": "default"}, "spec": {"template": JOB_TEMPLATE}}
+    )
+    gone = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": job["metadata"]["uid"]}
+    await kube.delete(JOBS, "j", "default", propagation_policy="Background")
+    made = await kube.create(
+        PODS, {**pod("late"), "metadata": {"name": "late", "namespace": "default", "ownerReferences": [gone]}}
+    )
+    assert made["metadata"]["name"] == "late"  # the create itself succeeds, as on a real server
+    assert (await kube.list(PODS, "default"))["items"] == []
+    # an owner of the same name but another UID (recreated) is absent too
+    again = await kube.create(
+        JOBS, {"metadata": {"name": "j", "namespace": "default"}, "spec": {"template": JOB_TEMPLATE}}
+    )
+    await kube.create(
+        PODS,
+        {**pod("stale"), "metadata": {"name": "stale", "namespace": "default", "ownerReferences": [gone]}},
+    )
+    assert (await kube.list(PODS, "default"))["items"] == []
+    present = {**gone, "uid": again["metadata"]["uid"]}
+    foreign = {"apiVersion": "example.com/v1", "kind": "Unknown", "name": "x", "uid": "0000"}
+    await kube.create(
+        PODS,
+        {
+            **pod("both"),
+            "metadata": {"name": "both", "namespace": "default", "ownerReferences": [gone, present, foreign]},
+        },
+    )
+    left = await kube.get(PODS, "both", "default")
+    assert left["metadata"]["ownerReferences"] == [present, foreign]
+
+
 # ---------------------------------------------------------------- CRD schema validation
 async def test_crd_schema_validation_reports_field_paths(kube: KubeClient) -> None:
     bad = {
