@@ -308,7 +308,9 @@ def _over_quota(
 def _borrowing_after(ctx: _Ctx, removed: Sequence[AdmittedWorkload], cq: str) -> bool:
     """Whether ClusterQueue ``cq`` still uses more than its nominal quota in a flavor-resource that
     needs preemption once ``removed`` are gone."""
-    return _over_quota(ctx.cq_usage_without(cq, removed), ctx.tree.node(cq_id(cq)).subtree, ctx.need)
+    node = ctx.tree.node(cq_id(cq))
+    usage = ctx.cq_usage_without(cq, removed) if removed else node.usage
+    return _over_quota(usage, node.subtree, ctx.need)
 
 
 @dataclass(frozen=True)
@@ -554,6 +556,7 @@ def _plan_preemption(
     others: list[AdmittedWorkload] = []
     evicting: list[AdmittedWorkload] = []
     in_tree: dict[str, bool] = {}  # ClusterQueue -> in the preemptor's cohort tree
+    others_cqs: set[str] = set()  # the ClusterQueues of ``others``
     wl_key = wl.key
     for a, q, k, used, evict, p, frs in _candidates(admitted) if prepared is None else prepared:
         ok = in_tree.get(q)
@@ -581,6 +584,7 @@ def _plan_preemption(
             pol.reclaim_within_cohort == "LowerPriority" and p < wl.priority
         ):
             others.append(a)
+            others_cqs.add(q)
 
     # workloads already being evicted count as gone
     if evicting:
@@ -590,20 +594,16 @@ def _plan_preemption(
 
     key = _order(cq.name)
     own.sort(key=key)
-    if others:
-        _link_others(ctx, others)
     fair = config.fair_sharing.enable and cq.cohort is not None
     if fair:
         # Kueue's fair sharing: other ClusterQueues' candidates where those queues borrow
         # (asked once per ClusterQueue: nothing is removed, so the answer depends on the queue only)
-        borrowing: dict[str, bool] = {}
-        fair_others: list[AdmittedWorkload] = []
-        for a in others:
-            b = borrowing.get(a.cluster_queue)
-            if b is None:
-                b = borrowing[a.cluster_queue] = _borrowing_after(ctx, (), a.cluster_queue)
-            if b:
-                fair_others.append(a)
+        borrowing = {q for q in others_cqs if _borrowing_after(ctx, (), q)}
+        fair_others = [a for a in others if a.cluster_queue in borrowing] if borrowing else []
+        if not own and not fair_others:
+            return None, ctx  # nothing to search (most failed plans end here)
+        if others:
+            _link_others(ctx, others)
         if own or fair_others:
             shares = _Shares(ctx, evicting, own, fair_others, shared)
             found = _fair_search(
@@ -616,6 +616,8 @@ def _plan_preemption(
             if victims is not None:
                 return _plan(ctx, evicting, victims, {}), ctx
         return None, ctx
+    if others:
+        _link_others(ctx, others)
     return _classical(ctx, evicting, own, others, key, config.max_preemption_pairs), ctx
 
 
