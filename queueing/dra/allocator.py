@@ -392,6 +392,7 @@ class Allocator:
         self.max_steps = max_steps
         self._class_selectors: dict[str, tuple[BoundSelector, ...]] = {}
         self._candidates: dict[tuple[tuple[object, ...], str], tuple[_Candidate, ...]] = {}
+        self._in_class: dict[tuple[str, str], int] = {}  # (class, node) -> ``devices_in_class``
         # (claims' shape ids, node) -> (usage token, epoch) of a search that found no fit
         self._fail: dict[tuple[tuple[int, ...], str], tuple[object, int]] = {}
         # claims shape -> (usage token, epoch, node sequence, index of the first node worth trying)
@@ -1504,7 +1505,22 @@ class Allocator:
     def devices_in_class(self, class_name: str, node: Node | None) -> int:
         """How many devices usable from ``node`` (of valid pools) the DeviceClass selects (0 for an
         unknown class or a selector that fails to compile; devices whose evaluation fails do not
-        count)."""
+        count). Counted once per class and node: the inventory and the classes are fixed for the
+        allocator's life (as for its candidate lists), and every miss's explanation asks (in verify
+        mode counted again and compared)."""
+        key = (class_name, node.name if node is not None else "")
+        hit = self._in_class.get(key)
+        if hit is not None and not self.verify:
+            return hit
+        n = self._count_in_class(class_name, node)
+        if hit is not None and hit != n:
+            raise VerifyError(
+                "Allocator.devices_in_class (memo)", hit, n, f"DeviceClass {class_name}, node {key[1]}"
+            )
+        self._in_class[key] = n
+        return n
+
+    def _count_in_class(self, class_name: str, node: Node | None) -> int:
         try:
             _, sels = self._class(class_name, f"DeviceClass {class_name}", "")
         except AllocationError:

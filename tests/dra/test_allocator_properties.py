@@ -419,6 +419,27 @@ def test_greedy_path_is_the_general_search(
     assert outs[0] == outs[1] == outs[2]
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(devs=all_devs_st, total=st.integers(0, 6), claims=st.lists(all_claim_st, min_size=1, max_size=2))
+def test_devices_in_class_counted_once_per_node(devs: list[Dev], total: int, claims: list[Claim]) -> None:
+    """Misses explain with ``devices_in_class``, counted once per class and node: after searches
+    that explained misses (and took devices), the kept count is a fresh allocator's count, and a
+    verify-mode allocator, which counts again on every hit, agrees with its memo."""
+    slices, in_use = world(devs, total)
+    inv = Inventory(slices)
+    kept = Allocator(inv, [CLASS], cache=SelectorCache(COMPILER))
+    checking = Allocator(inv, [CLASS], cache=SelectorCache(COMPILER), verify=True)
+    for alloc in (kept, checking):
+        usage = inv.usage(in_use)
+        for _ in range(2):
+            alloc.allocate_on(alloc.prepare(to_claims(claims)), NODE, usage, explain=True)
+            alloc.devices_in_class(CLASS.name, NODE)
+    fresh = Allocator(inv, [CLASS], cache=SelectorCache(COMPILER))
+    want = fresh.devices_in_class(CLASS.name, NODE)
+    assert kept.devices_in_class(CLASS.name, NODE) == want == checking.devices_in_class(CLASS.name, NODE)
+    assert kept.devices_in_class("no-such-class", NODE) == 0
+
+
 # ---------------------------------------------------------------- consumable capacity
 NIC = device_class("nic", f'device.driver == "{DRIVER}"')
 
