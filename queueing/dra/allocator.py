@@ -394,7 +394,7 @@ class Allocator:
         self._candidates: dict[tuple[tuple[object, ...], str], tuple[_Candidate, ...]] = {}
         self._in_class: dict[tuple[str, str], int] = {}  # (class, node) -> ``devices_in_class``
         # (claims' shape ids, node) -> (usage token, epoch) of a search that found no fit
-        self._fail: dict[tuple[tuple[int, ...], str], tuple[object, int]] = {}
+        self._fail: dict[tuple[tuple[int, ...], str], tuple[object, ...]] = {}
         # claims shape -> (usage token, epoch, node sequence, index of the first node worth trying)
         self._skip: dict[tuple[object, ...], tuple[object, int, object, int]] = {}
         # see ``_results``: (node, requests and devices picked) -> allocation result (never mutated)
@@ -806,6 +806,18 @@ class Allocator:
             misses.append(got)
         return AllocationOutcome(None, (), tuple(misses), False)
 
+    def _fail_stamp(self, node: Node | None, usage: Usage) -> tuple[object, ...]:
+        """What a remembered "does not fit on this node" holds for: this usage (its token) with no
+        release since that could make room there. Taking more never makes claims fit; a release
+        does, but on a node that reaches only devices of pools wholly on it
+        (``Inventory.node_scoped``) only a release on that node (or of a device on no node of its
+        own) can, so releases elsewhere keep the memo (the allocator's failure memo, checked in
+        verify mode by searching again)."""
+        if self.inventory.node_scoped(node):
+            assert node is not None
+            return (usage.token, node.name, usage.node_epochs.get(node.name, 0), usage.loose_epoch)
+        return (usage.token, usage.epoch)
+
     def _ensure_prepared(
         self, claims: Sequence[ResourceClaim] | Sequence[PreparedClaim]
     ) -> tuple[PreparedClaim, ...]:
@@ -828,7 +840,7 @@ class Allocator:
         fail_key = (shapes, node.name if node is not None else "")
         if self.verify:
             seen = self._fail.get(fail_key)
-            if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+            if seen is not None and seen == self._fail_stamp(node, usage):
                 del self._fail[fail_key]  # the answer without the memo
                 try:
                     self._verify_no_fit("Allocator failure memo (allocate_on)", claims, node, usage)
@@ -873,7 +885,7 @@ class Allocator:
             search.picks.clear()
             raise
         if not ok:
-            self._fail[fail_key] = (usage.token, usage.epoch)
+            self._fail[fail_key] = self._fail_stamp(node, usage)
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         return self._results(claims, node, search)
 
@@ -968,14 +980,14 @@ class Allocator:
         requests; ``need``: ``_layout``'s) cannot fit on the node (remembered per usage state), else
         the candidates of each step with one alternative."""
         seen = self._fail.get(fail_key)
-        if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+        if seen is not None and seen == self._fail_stamp(node, usage):
             return None
         if need:
             # cheapest necessary condition, before any selector is evaluated on this node
             # (shared devices may serve every request once: no bound from counting)
             free = self.inventory.free_on(node, usage)
             if free is not None and free < need:
-                self._fail[fail_key] = (usage.token, usage.epoch)
+                self._fail[fail_key] = self._fail_stamp(node, usage)
                 return None
         # early pruning: every request needs enough statically matching devices
         single: list[tuple[_Candidate, ...]] = []  # candidates of the steps with one alternative
@@ -983,14 +995,14 @@ class Allocator:
         for _ci, alts in steps:
             if len(alts) != 1:
                 if not any(self._statically_possible(a, node) for a in alts):
-                    self._fail[fail_key] = (usage.token, usage.epoch)
+                    self._fail[fail_key] = self._fail_stamp(node, usage)
                     return None
                 continue
             a = alts[0]
             cands = self.candidates(a, node)
             single.append(cands)
             if len(cands) < (1 if a.all_mode else a.count):  # ``_statically_possible``
-                self._fail[fail_key] = (usage.token, usage.epoch)
+                self._fail[fail_key] = self._fail_stamp(node, usage)
                 return None
             if not a.all_mode and not a.admin_access:
                 # cheap dynamic prune: enough devices not taken at all?
@@ -1001,7 +1013,7 @@ class Allocator:
                         if free >= a.count:
                             break
                 if free < a.count:
-                    self._fail[fail_key] = (usage.token, usage.epoch)
+                    self._fail[fail_key] = self._fail_stamp(node, usage)
                     return None
         return single
 
@@ -1102,7 +1114,7 @@ class Allocator:
             if not clean:
                 return out, True
             if plain:
-                return self._fill_plain(fail_key, need, n, ci, alts[0], cands, usage, limit)
+                return self._fill_plain(fail_key, need, n, ci, alts[0], cands, node, usage, limit)
         elif any(self._clean_candidates(alts[0], node) is None for _, alts in steps):
             return out, True
         while len(out) < limit:
@@ -1123,6 +1135,7 @@ class Allocator:
         ci: int,
         a: Alternative,
         cands: tuple[_Candidate, ...],
+        node: Node,
         usage: Usage,
         limit: int,
     ) -> tuple[list[tuple[tuple[Pick, ...], ...]], bool | None]:
@@ -1137,7 +1150,7 @@ class Allocator:
         if limit < 1:
             return out, None
         seen = self._fail.get(fail_key)
-        if seen is not None and seen[0] is usage.token and seen[1] == usage.epoch:
+        if seen is not None and seen == self._fail_stamp(node, usage):
             return out, False
         taken = usage.devices
         request = a.request
@@ -1153,7 +1166,7 @@ class Allocator:
             usage.take_all(got)
             out.append((got,) if n == 1 else (*before, got, *after))
         if m < limit:
-            self._fail[fail_key] = (usage.token, usage.epoch)
+            self._fail[fail_key] = self._fail_stamp(node, usage)
             return out, False
         return out, None
 

@@ -18,6 +18,7 @@ only through ``take``/``give_back`` (the allocator and gang transactions undo ex
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -167,6 +168,9 @@ class Pick:
     capacity: tuple[tuple[str, Fraction], ...]  # consumed capacity (multi-allocation devices only)
 
 
+_CHANGES = itertools.count(1)  # ``Usage.node_changes`` values
+
+
 @dataclass(slots=True)
 class Usage:
     """Mutable book of taken devices, counters and capacity (owned by one allocation or transaction)."""
@@ -179,6 +183,16 @@ class Usage:
     # restores an earlier state and does not count.
     epoch: int = 0
     token: object = field(default_factory=object)
+    # the releases of ``epoch`` per node of the released device (``node_epochs``; devices without
+    # a node of their own or on all nodes: ``loose_epoch``): a node that only reaches devices of
+    # pools wholly on it (``Inventory.node_scoped``) fits nothing more until a release on it
+    node_epochs: dict[str, int] = field(default_factory=dict)
+    loose_epoch: int = 0
+    # per node, a number that changes whenever a device of it is taken or given back (backtracking
+    # too), unique across every Usage (``_CHANGES``); ``loose_change`` for devices on no node of
+    # their own or on all nodes: with the token they tell a node's state apart (scorers' memos)
+    node_changes: dict[str, int] = field(default_factory=dict)
+    loose_change: int = 0
     # node name -> taken (exclusive) node-local devices, kept in step by take/give_back, so that
     # ``Inventory.free_on`` counts a node's free devices without walking them
     node_taken: dict[str, int] = field(default_factory=dict)
@@ -198,6 +212,10 @@ class Usage:
             dict(self.counters),
             dict(self.capacity),
             node_taken=dict(self.node_taken),
+            node_epochs=dict(self.node_epochs),
+            loose_epoch=self.loose_epoch,
+            node_changes=dict(self.node_changes),
+            loose_change=self.loose_change,
             node_block=self.node_block,  # never changed once built: shared
             block_free=list(self.block_free),
             block_shift=self.block_shift,
@@ -222,11 +240,17 @@ class Usage:
         block_free = self.block_free
         counters = self.counters
         capacity = self.capacity
+        node_changes = self.node_changes
         for pick in picks:
             if pick.admin_access:
                 continue
             dev = pick.device
             key = dev.key
+            name = dev.node_name
+            if name is not None and not dev.all_nodes:
+                node_changes[name] = next(_CHANGES)
+            else:
+                self.loose_change = next(_CHANGES)
             if not dev.multi:
                 n = devices.get(key, 0)
                 devices[key] = n + 1
@@ -252,6 +276,7 @@ class Usage:
         counters = self.counters
         capacity = self.capacity
         released = 0  # picks given back, each a new epoch unless backtracking (added once, at the end)
+        node_epochs = self.node_epochs
         try:
             for pick in picks:
                 if pick.admin_access:
@@ -259,6 +284,15 @@ class Usage:
                 released += 1
                 dev = pick.device
                 key = dev.key
+                name = dev.node_name
+                if name is not None and not dev.all_nodes:
+                    self.node_changes[name] = next(_CHANGES)
+                    if not backtrack:
+                        node_epochs[name] = node_epochs.get(name, 0) + 1
+                else:
+                    self.loose_change = next(_CHANGES)
+                    if not backtrack:
+                        self.loose_epoch += 1
                 if not dev.multi:
                     n = devices.get(key, 0) - 1
                     if n > 0:
@@ -343,6 +377,8 @@ class Inventory:
         self._floating: list[InventoryDevice] = []  # nodeSelector / allNodes devices
         self._node_cache: dict[str, tuple[InventoryDevice, ...]] = {}
         self._free_stats: dict[str, tuple[bool, bool, int]] = {}
+        self._scoped: dict[str, bool] = {}  # ``node_scoped`` per node name
+        self._pool_nodes: dict[tuple[str, str], set[str | None]] | None = None
         self._partitionable = partitionable_devices
         self._unusable_cache: dict[str, tuple[Pool, ...]] = {}
         order = 0
@@ -532,6 +568,26 @@ class Inventory:
             stats = (any(d.multi for d in devs), simple, len(devs))
             self._free_stats[name] = stats
         return stats
+
+    def node_scoped(self, node: Node | None) -> bool:
+        """Whether every device usable from ``node`` is node-local to it and of a pool all of whose
+        devices are on it: then only releases on this node (``Usage.node_epochs``) can make more fit
+        here (a device's counters are its pool's). Cached per node name."""
+        if node is None:
+            return False
+        hit = self._scoped.get(node.name)
+        if hit is None:
+            if self._pool_nodes is None:
+                nodes: dict[tuple[str, str], set[str | None]] = {}
+                for d in self.devices.values():
+                    nodes.setdefault(d.key[:2], set()).add(None if d.all_nodes else d.node_name)
+                self._pool_nodes = nodes
+            pools = self._pool_nodes
+            hit = self._scoped[node.name] = all(
+                d.node_name == node.name and not d.all_nodes and pools.get(d.key[:2]) == {node.name}
+                for d in self.devices_on(node)
+            )
+        return hit
 
     def simple_devices(self, node: Node | None) -> int | None:
         """The devices usable from ``node`` when ``free_on`` is their number minus the node's

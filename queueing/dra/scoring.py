@@ -119,6 +119,8 @@ class Scorer:
             None
         )
         self._placeable: dict[tuple[int, tuple[Fraction, ...]], tuple[int, ...]] = {}
+        # node index -> (stamp, ``node_key``): see ``node_order``
+        self._node_keys: dict[int, tuple[tuple[object, ...], tuple[int, int, float, int]]] = {}
         self._build()
 
     # ---- structure (once per inventory) -----------------------------------------------------
@@ -238,10 +240,41 @@ class Scorer:
         return (self.whole_free(i, usage), -int(self.state.used[i]["pods"]), self.free_units(i, usage), i)
 
     def node_order(self, nodes: Sequence[int] | None = None) -> tuple[int, ...]:
-        """``nodes`` (default all) by ``node_key``."""
-        usage = self.state.usage
-        idx = range(len(self.state.nodes)) if nodes is None else nodes
-        return tuple(sorted(idx, key=lambda i: self.node_key(i, usage)))
+        """``nodes`` (default all) by ``node_key``, each kept while its node's devices and pods
+        stay as they were (nodes that reach only their own devices, ``Inventory.node_scoped``: a
+        stamp of the usage, the node's ``Usage.node_changes`` and its pods; verify mode computes
+        every key again and compares)."""
+        st = self.state
+        usage = st.usage
+        idx = range(len(st.nodes)) if nodes is None else nodes
+        kept = self._node_keys
+        keys: dict[int, tuple[int, int, float, int]] = {}
+        for i in idx:
+            node = st.nodes[i]
+            if not st.inventory.node_scoped(node):
+                keys[i] = self.node_key(i, usage)
+                continue
+            stamp = (
+                usage.token,
+                usage.node_changes.get(node.name, 0),
+                usage.loose_change,
+                st.used[i]["pods"],
+            )
+            hit = kept.get(i)
+            if hit is not None and hit[0] == stamp:
+                key = hit[1]
+                if self.verify and key != self.node_key(i, usage):
+                    raise VerifyError(
+                        "Scorer.node_order (kept node keys)",
+                        key,
+                        self.node_key(i, usage),
+                        f"node {node.name}",
+                    )
+            else:
+                key = self.node_key(i, usage)
+                kept[i] = (stamp, key)
+            keys[i] = key
+        return tuple(sorted(idx, key=keys.__getitem__))
 
     # ---- device order ------------------------------------------------------------------------
     def loss(self, card: _Card, used: tuple[Fraction, ...], k: int) -> Fraction:

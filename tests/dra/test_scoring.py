@@ -302,3 +302,49 @@ def test_plain_devices_prefer_the_used_pcie_root() -> None:
     ff.transaction.discard()
     lf = place_scored([pod("b", "gpu1")], st_, LEAST_FRAGMENTATION, scorer=sc)
     assert picks_of(lf) == [["gpu-2"]]
+
+
+SMALL = ["gpu1", "gpu2", *(t for t in SHAPES if t.startswith("mig-"))]  # shapes that fit a 2-card node
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("place"), st.sampled_from(SMALL)),
+            st.tuples(st.just("free"), st.integers(0, 7)),
+        ),
+        min_size=4,
+        max_size=24,
+    ),
+    policy=st.sampled_from([FIRST_FIT, LEAST_FRAGMENTATION]),
+    n_nodes=st.integers(1, 3),
+)
+def test_memos_across_releases_on_other_nodes(
+    steps: list[tuple[str, Any]], policy: str, n_nodes: int
+) -> None:
+    """The allocator's failure memo, kept while no device of the node is released (releases on other
+    nodes keep it: ``Usage.node_epochs``), and the scorer's node keys, kept while the node's devices
+    and pods stay as they were (``Usage.node_changes``): placements and releases over up to three nodes,
+    in verify mode (each kept answer computed again, a difference raises) and without it; both
+    states place every pod on the same devices."""
+    nodes, slices = cluster(n_nodes, 2)
+    runs = []
+    for verify in (True, False):
+        st_ = ClusterState(nodes, slices, CLASSES, templates=TEMPLATES, verify=verify)
+        sc = Scorer(st_, verify=verify)
+        held: list[GangResult] = []
+        out: list[object] = []
+        for k, (what, arg) in enumerate(steps):
+            if what == "place":
+                r = place_scored([pod(f"p{k}", arg)], st_, policy, scorer=sc)
+                out.append(picks_of(r) if r.placed else None)
+                if r.transaction is not None:
+                    r.transaction.commit()
+                    held.append(r)
+            elif held:
+                gone = held.pop(arg % len(held))
+                st_.usage.give_back_all([p for pp in gone.placements for ca in pp.claims for p in ca.picks])
+                out.append(("freed", picks_of(gone)))
+        runs.append(out)
+    assert runs[0] == runs[1]
