@@ -528,7 +528,8 @@ class _PodSetMemo:
         """``_pod_set_info``, and the pod set's key in ``facts`` with its facts (None: not
         remembered)."""
         try:
-            spec = ps.template.spec.model_dump_json(by_alias=True, exclude_unset=True)
+            pod_spec = ps.template.spec  # its serializer directly: model_dump_json without the decode
+            spec = pod_spec.__pydantic_serializer__.to_json(pod_spec, by_alias=True, exclude_unset=True)
         except PydanticSerializationError:
             info, d = _pod_set_info(wl, i, ps, ctx, extended)
             return info, d, None
