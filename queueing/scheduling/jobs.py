@@ -150,30 +150,34 @@ def owned_workload(
     """A Workload owned by ``owner`` (its controller) in ``queue``; a spec the model rejects raises
     :class:`WorkloadError` naming ``ref``. ``owner`` and ``pod_sets`` are models or their wire
     forms (validated here: a pod set the model rejects is such a spec)."""
+    spec: dict[str, object] = {
+        "podSets": list(pod_sets),
+        "queueName": queue,
+        "priorityClassRef": priority_class_ref,
+        "priority": priority,
+    }
+    obj: dict[str, object] = {
+        "apiVersion": API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {QUEUE_NAME_LABEL: queue},
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+    }
     try:
-        spec = WorkloadSpec.model_validate(
-            {
-                "podSets": list(pod_sets),
-                "queueName": queue,
-                "priorityClassRef": priority_class_ref,
-                "priority": priority,
-            }
-        )
+        # spec and object in one validation (a WorkloadSpec instance given to Workload would run its
+        # after-validator again); on an error, as two, for the spec's errors named relative to it
+        return Workload.model_validate(obj)
+    except ValidationError:
+        pass
+    try:
+        obj["spec"] = WorkloadSpec.model_validate(spec)
     except ValidationError as e:
         raise WorkloadError(format_validation_error(e, f"{ref}: Workload spec")) from None
-    return Workload.model_validate(
-        {
-            "apiVersion": API_VERSION,
-            "kind": "Workload",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": {QUEUE_NAME_LABEL: queue},
-                "ownerReferences": [owner],
-            },
-            "spec": spec,
-        }
-    )
+    return Workload.model_validate(obj)
 
 
 def job_counts(job: Job) -> tuple[int, int | None]:

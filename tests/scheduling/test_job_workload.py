@@ -1,7 +1,8 @@
 """``workload_for_job`` validates the Workload's parts as wire forms in one pass each (the spec, then
 the object): the Workload is the one built model by model -- equal, the same wire form and the same
 fields set in every nested model (``to_dict`` writes only those) -- for generated Jobs; a spec the
-model rejects, the pod set included, is a ``WorkloadError`` naming the field."""
+model rejects, the pod set included, is a ``WorkloadError`` naming the field (before any error of
+the object's own, which stays pydantic's)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from queueing.api.base import ObjectMeta, OwnerReference
 from queueing.api.core import Job
@@ -24,6 +25,7 @@ from queueing.scheduling.jobs import (
     WorkloadError,
     job_counts,
     job_priority,
+    owned_workload,
     workload_for_job,
 )
 from queueing.testing.defaults import default_job, generate_job_selector
@@ -149,3 +151,15 @@ def test_a_count_beyond_int32_is_a_workload_error() -> None:
     j = job("train", {QUEUE_NAME_LABEL: "lq"}, {ORIGINAL_PARALLELISM_ANNOTATION: str(2**31)}, parallelism=4)
     with pytest.raises(WorkloadError, match=r"^Job team-a/train: Workload spec: podSets\[0\]\.count: "):
         workload_for_job(j)
+
+
+def test_an_invalid_name_is_the_workloads_error_and_a_spec_error_comes_first() -> None:
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}
+    ps = {"name": "main", "template": {"spec": {"containers": [{"name": "c"}]}}, "count": 1}
+    ok = owned_workload("Job ns/j", "job-j", "ns", "lq", owner, [ps], 0, None)
+    assert ok.to_dict()["spec"]["podSets"][0]["count"] == 1
+    with pytest.raises(ValidationError, match=r"metadata\.name") as err:  # not the spec's: as it was
+        owned_workload("Job ns/j", "Job_J", "ns", "lq", owner, [ps], 0, None)
+    assert not isinstance(err.value, WorkloadError)
+    with pytest.raises(WorkloadError, match=r"^Job ns/j: Workload spec: queueName: "):
+        owned_workload("Job ns/j", "Job_J", "ns", "Bad_Queue", owner, [ps], 0, None)
