@@ -241,7 +241,7 @@ def _build(shape: str, fraction: float, copies: bool) -> Scenario:
         cohorts, per_cohort, nodes, scale = 200, 5, 2500, 0.1
     scale *= fraction
     objs: list[KubeObject] = [parse_object(d) for d in (*cluster(nodes), *queues(cohorts, per_cohort))]
-    ctx = ApiContext.from_objects(objs)
+    ctx = ApiContext.from_objects(objs, verify=verify_from_env(os.environ))
     sc = Scenario(objects=objs)
     for o in objs:
         kind = type(o).__name__

@@ -14,10 +14,13 @@ Conventions (every model in ``queueing.api`` follows them):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+
+from queueing.api.validation import check_dns_label, check_dns_subdomain, check_job_name
 
 __all__ = [
     "FieldError",
@@ -85,6 +88,14 @@ class ObjectMeta(KubeModel):
     finalizers: list[str] | None = None
 
 
+#: ``KubeObject.NAME_RULE`` -> the check of ``metadata.name``
+_NAME_CHECKS: dict[str, Callable[[str], str]] = {
+    "subdomain": check_dns_subdomain,
+    "label": check_dns_label,
+    "job": check_job_name,
+}
+
+
 class KubeObject(KubeModel):
     """A top-level object with apiVersion/kind/metadata."""
 
@@ -100,22 +111,16 @@ class KubeObject(KubeModel):
 
     @model_validator(mode="after")
     def _check_names(self) -> Self:
-        from queueing.api import validation as v
-
         meta = self.metadata
-        if isinstance(meta.name, str) and meta.name:
-            check = {
-                "subdomain": v.check_dns_subdomain,
-                "label": v.check_dns_label,
-                "job": v.check_job_name,
-            }[self.NAME_RULE]
+        name, namespace = meta.name, meta.namespace
+        if isinstance(name, str) and name:
             try:
-                check(meta.name)
+                _NAME_CHECKS[self.NAME_RULE](name)
             except ValueError as e:
                 raise FieldError("metadata.name", str(e)) from None
-        if isinstance(meta.namespace, str) and meta.namespace:
+        if isinstance(namespace, str) and namespace:
             try:
-                v.check_dns_label(meta.namespace)
+                check_dns_label(namespace)
             except ValueError as e:
                 raise FieldError("metadata.namespace", str(e)) from None
         return self

@@ -10,7 +10,10 @@ needed and skipped if it does not exist.
 
 from __future__ import annotations
 
+import functools
 import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,12 +34,16 @@ class ObjectError(ValueError):
         self.problems = problems
 
 
-def _kinds_of(module_name: str) -> dict[tuple[str, str], type[KubeObject]]:
+@functools.cache
+def _kinds_of(module_name: str) -> Mapping[tuple[str, str], type[KubeObject]]:
+    """The kinds a module defines, read once: its classes are fixed when it is imported (every
+    ``parse_object`` -- each object the emulator stores, each document a scenario loads -- asked
+    this of the four modules, ~10 us each)."""
     try:
         mod = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name == module_name:
-            return {}
+            return MappingProxyType({})
         raise
     out: dict[tuple[str, str], type[KubeObject]] = {}
     for value in vars(mod).values():
@@ -48,7 +55,7 @@ def _kinds_of(module_name: str) -> dict[tuple[str, str], type[KubeObject]]:
             and value.API_VERSION
         ):
             out[(value.API_VERSION, value.KIND)] = value
-    return out
+    return MappingProxyType(out)
 
 
 def known_kinds() -> dict[tuple[str, str], type[KubeObject]]:

@@ -229,6 +229,8 @@ class SpecModel(KubeModel):
     def _known_fields(cls, data: Any) -> Any:
         if isinstance(data, dict):
             known = _wire_names(cls)
+            if known.issuperset(data):  # the usual case: no key to report
+                return data
             for k in data:
                 if k not in known:
                     note = cls.UNSUPPORTED.get(str(k))

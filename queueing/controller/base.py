@@ -606,7 +606,7 @@ class ControllerBase:
             *self.workload_priority_classes.list(),
             *self.priority_classes.list(),
         ]
-        self._ctx = ApiContext.from_objects(objs)
+        self._ctx = ApiContext.from_objects(objs, verify=self.verify)
         return self._ctx
 
     def _claim_specs(self, wl: Workload) -> dict[str, ResourceClaimSpec]:

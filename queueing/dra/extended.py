@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from queueing.api.core import Container, Pod
+from queueing.api.core import Container, Pod, PodSpec
 from queueing.api.resource import DeviceClass, ResourceClaim
 from queueing.dra.errors import AllocationError
 
@@ -45,6 +45,7 @@ __all__ = [
     "is_dra_extended_resource_name",
     "is_extended_resource_claim",
     "pod_extended_requests",
+    "spec_extended_requests",
 ]
 
 DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -100,20 +101,22 @@ def pod_extended_requests(pod: Pod, mapping: Mapping[str, str]) -> dict[str, int
     """Pod-level requests of resources that a DeviceClass backs (non-zero only), sorted by name.
 
     Raises ``AllocationError`` for a non-integer quantity (the API server rejects those)."""
+    return spec_extended_requests(pod.spec, mapping, f"Pod {pod.key}")
+
+
+def spec_extended_requests(spec: PodSpec, mapping: Mapping[str, str], obj: str) -> dict[str, int]:
+    """``pod_extended_requests`` of a pod of this spec; ``obj`` names the pod in an
+    ``AllocationError``."""
     total: dict[str, int] = {}
     init_max: dict[str, int] = {}
-    containers = [
-        (f"spec.initContainers[{i}]", c, True) for i, c in enumerate(pod.spec.init_containers or [])
-    ]
-    containers += [(f"spec.containers[{i}]", c, False) for i, c in enumerate(pod.spec.containers)]
+    containers = [(f"spec.initContainers[{i}]", c, True) for i, c in enumerate(spec.init_containers or [])]
+    containers += [(f"spec.containers[{i}]", c, False) for i, c in enumerate(spec.containers)]
     for path, c, is_init in containers:
         for name, v in _container_requests(c).items():
             if name not in mapping:
                 continue
             if v is None:
-                raise AllocationError(
-                    f"Pod {pod.key}", f"{path}.resources.requests[{name}]", "must be an integer"
-                )
+                raise AllocationError(obj, f"{path}.resources.requests[{name}]", "must be an integer")
             if is_init and not _is_sidecar(c):
                 init_max[name] = max(init_max.get(name, 0), v)
             else:

@@ -66,6 +66,7 @@ __all__ = [
     "Transaction",
     "place_gang",
     "place_simple",
+    "spec_requests",
 ]
 
 DEFAULT_MAX_NODE_CHECKS = 50_000
@@ -99,14 +100,20 @@ _KIND_RANK: dict[str, int] = {
 
 
 def _pod_requests(pod: Pod) -> dict[str, Fraction]:
-    """Effective requests of every resource (cpu, memory, extended resources, ...): the sum over
-    containers and sidecars, at least the largest plain init container; one pod slot."""
+    """Effective requests of every resource of the pod (``spec_requests`` of its spec)."""
+    return spec_requests(pod.spec)
+
+
+def spec_requests(spec: PodSpec) -> dict[str, Fraction]:
+    """Effective requests of every resource (cpu, memory, extended resources, ...) of a pod of this
+    spec: the sum over containers and sidecars, at least the largest plain init container; one pod
+    slot."""
     total: dict[str, Fraction] = {"cpu": Fraction(0), "memory": Fraction(0)}
-    for c in pod.spec.containers:
+    for c in spec.containers:
         for r, q in c.requests.items():
             total[r] = total.get(r, Fraction(0)) + q.value
     init_max: dict[str, Fraction] = {}
-    for c in pod.spec.init_containers or []:
+    for c in spec.init_containers or []:
         sidecar = (c.model_extra or {}).get("restartPolicy") == "Always"
         for r, q in c.requests.items():
             if sidecar:

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
+from collections.abc import Collection, ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import MISSING, dataclass, field, fields
 from fractions import Fraction
 from functools import cached_property
@@ -131,6 +131,8 @@ __all__ = [
     "RecordedDevice",
     "RecordedPlan",
     "RecordedPod",
+    "placement_metadata",
+    "placement_selector_keys",
     "placement_view",
     "pod_name",
 ]
@@ -218,18 +220,33 @@ def placement_view(template: PodTemplateSpec) -> dict[str, Any]:
         if cs:
             out[kind] = [{k: c[k] for k in PLACEMENT_CONTAINER_FIELDS if c.get(k) is not None} for c in cs]
     view: dict[str, Any] = {"spec": out}
-    keys = _pod_selector_keys(spec)
-    if keys:
+    meta = placement_metadata(template, _pod_selector_keys(spec))
+    if meta:
+        view["metadata"] = meta
+    return view
+
+
+def placement_selector_keys(template: PodTemplateSpec) -> frozenset[str]:
+    """The keys of the template's own labels that its selectors read (``_pod_selector_keys``): the
+    labels ``placement_view`` keeps. A function of ``template.spec`` alone."""
+    return frozenset(_pod_selector_keys(template.spec.to_dict()))
+
+
+def placement_metadata(template: PodTemplateSpec, selector_keys: Collection[str]) -> dict[str, Any]:
+    """The ``metadata`` of ``placement_view`` (empty: the view has none): the template's labels
+    among ``selector_keys`` (``placement_selector_keys``) and its topology annotations."""
+    meta: dict[str, Any] = {}
+    if selector_keys:
         labels = (template.metadata or {}).get("labels") or {}
-        kept = {k: v for k, v in labels.items() if k in keys}
+        kept = {k: v for k, v in labels.items() if k in selector_keys}
         if kept:
-            view["metadata"] = {"labels": kept}
+            meta["labels"] = kept
     # the topology annotations decide placement too
     notes = (template.metadata or {}).get("annotations") or {}
     topo = {k: notes[k] for k in TOPOLOGY_ANNOTATIONS if k in notes}
     if topo:
-        view.setdefault("metadata", {})["annotations"] = topo
-    return view
+        meta["annotations"] = topo
+    return meta
 
 
 @dataclass(frozen=True, eq=False)

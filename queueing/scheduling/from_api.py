@@ -7,7 +7,8 @@ Used by the controller and the simulator (no I/O, no clock: times are parameters
 * :class:`ApiContext` (DeviceClasses, claim templates, shared claims, priority classes) and
   :func:`workload_info`: a v1beta1 Workload -> :class:`WorkloadInfo` whose ``placement_request`` is a
   :class:`~queueing.scheduling.dra_placer.DraRequest` (pods from the podSet templates; claims from
-  ``podSets[].resourceClaims`` or the template's ``spec.resourceClaims``);
+  ``podSets[].resourceClaims`` or the template's ``spec.resourceClaims``); pod sets of equal specs
+  get their parts and fit signature from the context's ``_PodSetMemo`` (checked in verify mode);
 * :func:`admitted_workload`: an admitted Workload (``status.admission``) -> :class:`AdmittedWorkload`
   whose placement carries a :class:`~queueing.scheduling.dra_placer.RecordedPlan`;
 * :func:`admission_status`: a cycle's :class:`~queueing.scheduling.cycle.Admission` -> the
@@ -24,12 +25,16 @@ name. Such extended resources are not plain ``requests``; an extended resource n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
-from queueing.api.base import KubeObject, ObjectMeta
-from queueing.api.core import Namespace, Pod, PodTemplateSpec, PriorityClass
+from pydantic_core import PydanticSerializationError
+
+from queueing.api.base import KubeObject
+from queueing.api.core import Namespace, PriorityClass
 from queueing.api.quantity import Quantity, amount_quantity
 from queueing.api.resource import (
     DeviceClass,
@@ -59,8 +64,9 @@ from queueing.api.v1beta1 import FairSharing as ApiFairSharing
 from queueing.api.v1beta1 import LabelSelector as ApiLabelSelector
 from queueing.api.v1beta1 import ResourceGroup as ApiResourceGroup
 from queueing.dra.errors import AllocationError
-from queueing.dra.extended import extended_resource_classes, pod_extended_requests
-from queueing.dra.gang import _pod_requests as pod_requests  # one definition of a pod's requests
+from queueing.dra.extended import extended_resource_classes, spec_extended_requests
+from queueing.dra.gang import spec_requests  # one definition of a pod's requests
+from queueing.dra.verify import VerifyError
 from queueing.scheduling.cycle import Admission
 from queueing.scheduling.dra_placer import (
     ClaimRef,
@@ -71,6 +77,8 @@ from queueing.scheduling.dra_placer import (
     RecordedDevice,
     RecordedPlan,
     RecordedPod,
+    placement_metadata,
+    placement_selector_keys,
 )
 from queueing.scheduling.placer import Placement
 from queueing.scheduling.snapshot import (
@@ -291,9 +299,15 @@ class ApiContext:
     priority_classes: Mapping[str, int] = field(default_factory=dict)
     default_priority: int = 0  # the globalDefault PriorityClass's value, if any
     extended_resources: bool = True  # DRAExtendedResource feature gate
+    # verify mode (``queueing.dra.verify``): every answer of the pod-set memo also computed afresh
+    verify: bool = False
+    # ``_PodSetMemo``: what ``workload_info`` derived from pod sets of equal specs in this context
+    memo: _PodSetMemo = field(default_factory=lambda: _PodSetMemo(), init=False, repr=False, compare=False)
 
     @classmethod
-    def from_objects(cls, objects: Iterable[KubeObject], *, extended_resources: bool = True) -> ApiContext:
+    def from_objects(
+        cls, objects: Iterable[KubeObject], *, extended_resources: bool = True, verify: bool = False
+    ) -> ApiContext:
         classes: dict[str, DeviceClass] = {}
         templates: dict[str, ResourceClaimTemplate] = {}
         claims: dict[str, ResourceClaim] = {}
@@ -313,7 +327,7 @@ class ApiContext:
                 pcs[o.name] = o.value
                 if o.global_default:
                     default = o.value
-        return cls(classes, templates, claims, wpcs, pcs, default, extended_resources)
+        return cls(classes, templates, claims, wpcs, pcs, default, extended_resources, verify)
 
     @property
     def extended(self) -> dict[str, str]:
@@ -372,21 +386,20 @@ def _claim_devices(spec: ResourceClaimSpec) -> tuple[dict[str, Fraction], bool]:
     return out, exact
 
 
-def _template_pod(ns: str, name: str, template: PodTemplateSpec) -> Pod:
-    return Pod(metadata=ObjectMeta(name=name, namespace=ns), spec=template.spec)
-
-
 def _pod_set_info(
     wl: Workload, i: int, ps: PodSet, ctx: ApiContext, extended: Mapping[str, str]
 ) -> tuple[PodSetInfo, DraPodSet]:
+    """The scheduler's view of pod set ``i`` of ``wl`` (the general computation): it reads the
+    Workload's namespace and of the pod set its name, count, minCount, ``resourceClaims`` and
+    template spec, and ``ctx`` (what ``_PodSetMemo`` keys on); the rest only for error messages."""
     ns = wl.namespace or "default"
     ref = f"Workload {wl.key}"
-    pod = _template_pod(ns, f"{wl.name}-{ps.name}", ps.template)
+    spec = ps.template.spec
     try:
-        ext = pod_extended_requests(pod, extended) if extended else {}
+        ext = spec_extended_requests(spec, extended, ref) if extended else {}
     except AllocationError as e:
         raise FromApiError(f"{ref}: spec.podSets[{i}].template.{e.field}: {e.message}") from None
-    requests = {r: v for r, v in pod_requests(pod).items() if v and r != "pods" and r not in ext}
+    requests = {r: v for r, v in spec_requests(spec).items() if v and r != "pods" and r not in ext}
     devices: dict[str, Fraction] = {}
     for r, n in ext.items():
         cls = extended[r]
@@ -409,7 +422,6 @@ def _pod_set_info(
             if claim is not None:
                 for k, v in _claim_devices(claim.spec)[0].items():
                     devices[k] = devices.get(k, Fraction(0)) + v / ps.count
-    spec = ps.template.spec
     info = PodSetInfo(
         name=ps.name,
         count=ps.count,
@@ -440,11 +452,13 @@ def workload_info(
 ) -> WorkloadInfo:
     """The scheduler's view of a Workload. Times are the caller's (seconds on its clock)."""
     ext = ctx.extended
-    infos, dps = [], []
+    memo = ctx.memo
+    infos, dps, remembered = [], [], []
     for i, ps in enumerate(wl.spec.pod_sets):
-        info, d = _pod_set_info(wl, i, ps, ctx, ext)
+        info, d, r = memo.pod_set_info(wl, i, ps, ctx, ext)
         infos.append(info)
         dps.append(d)
+        remembered.append(r)
     return WorkloadInfo(
         namespace=wl.namespace or "default",
         name=wl.name,
@@ -456,8 +470,142 @@ def workload_info(
         requeue_time=requeue_time,
         backoff_until=backoff_until,
         active=wl.spec.active,
-        placement_request=DraRequest(tuple(dps)),
+        placement_request=memo.request(tuple(dps), remembered, ctx.verify),
     )
+
+
+# ------------------------------------------------------------------------------------ the memo
+@dataclass(frozen=True, slots=True)
+class _PodSetFacts:
+    """What ``_pod_set_info`` derives from a pod set apart from its name and minCount, and the label
+    keys its template's selectors read (``placement_selector_keys``)."""
+
+    requests: Mapping[str, Fraction]
+    device_requests: Mapping[str, Fraction]
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Toleration, ...]
+    devices_exact: bool
+    selector_keys: frozenset[str]
+
+
+#: a pod set's key in ``_PodSetMemo.facts`` and its facts
+_Remembered = tuple[tuple[Any, ...], _PodSetFacts]
+
+#: entries each table of ``_PodSetMemo`` keeps (the oldest go first): distinct pod-set shapes
+MEMO_LIMIT = 4096
+
+
+class _PodSetMemo:
+    """Pod sets of equal specs get equal ``PodSetInfo`` parts and fit signatures: Jobs of one shape
+    differ in their names, labels and uids, which neither reads. Kept per :class:`ApiContext` (the
+    templates, shared claims and extended resources they also read are the context's).
+
+    * ``facts``: ``(namespace, count, spec, resourceClaims)`` -> ``_PodSetFacts``, where ``spec`` is
+      the template spec's wire form as JSON (``model_dump_json`` of the fields that were set: equal
+      text, equal ``to_dict()`` and equal field values) and ``resourceClaims`` the pod set's own
+      claims (None: the template's); everything ``_pod_set_info`` reads but the pod set's name and
+      minCount, which are copied;
+    * ``signatures``: per pod set ``(name, spec, resourceClaims, metadata)`` -> the ``DraRequest``
+      signature, where ``metadata`` is the JSON of the template's ``placement_metadata`` (the labels
+      its selectors read, topology annotations): with the spec everything ``placement_view`` reads.
+
+    A spec that cannot be written as JSON is not remembered. In verify mode (``ApiContext.verify``)
+    every answer is also computed afresh and a difference raises ``VerifyError``."""
+
+    def __init__(self, limit: int = MEMO_LIMIT) -> None:
+        self.limit = limit
+        self.facts: dict[tuple[object, ...], _PodSetFacts] = {}
+        self.signatures: dict[tuple[object, ...], str] = {}
+
+    def _keep(self, table: dict[tuple[object, ...], Any], key: tuple[object, ...], value: object) -> None:
+        if len(table) >= self.limit:
+            del table[next(iter(table))]
+        table[key] = value
+
+    def pod_set_info(
+        self, wl: Workload, i: int, ps: PodSet, ctx: ApiContext, extended: Mapping[str, str]
+    ) -> tuple[PodSetInfo, DraPodSet, _Remembered | None]:
+        """``_pod_set_info``, and the pod set's key in ``facts`` with its facts (None: not
+        remembered)."""
+        try:
+            pod_spec = ps.template.spec  # its serializer directly: model_dump_json without the decode
+            spec = pod_spec.__pydantic_serializer__.to_json(pod_spec, by_alias=True, exclude_unset=True)
+        except PydanticSerializationError:
+            info, d = _pod_set_info(wl, i, ps, ctx, extended)
+            return info, d, None
+        own = ps.resource_claims
+        claims = (
+            None
+            if own is None
+            else tuple((c.name, c.resource_claim_name, c.resource_claim_template_name) for c in own)
+        )
+        key = (wl.namespace or "default", ps.count, spec, claims)
+        f = self.facts.get(key)
+        if f is None:
+            info, d = _pod_set_info(wl, i, ps, ctx, extended)
+            f = _PodSetFacts(
+                dict(info.requests),
+                dict(info.device_requests),
+                dict(info.node_selector),
+                info.tolerations,
+                info.devices_exact,
+                placement_selector_keys(ps.template),
+            )
+            self._keep(self.facts, key, f)
+            return info, d, (key, f)
+        info = PodSetInfo(
+            name=ps.name,
+            count=ps.count,
+            requests=dict(f.requests),
+            device_requests=dict(f.device_requests),
+            min_count=ps.min_count,
+            node_selector=dict(f.node_selector),
+            tolerations=f.tolerations,
+            devices_exact=f.devices_exact,
+        )
+        d = DraPodSet(ps.name, ps.template, tuple(ClaimRef(*c) for c in claims or ()))
+        if ctx.verify:
+            general = _pod_set_info(wl, i, ps, ctx, extended)
+            if (info, _dra_pod_set_value(d)) != (general[0], _dra_pod_set_value(general[1])):
+                raise VerifyError(
+                    "workload_info (pod-set memo)", info, general[0], f"Workload {wl.key} podSet {ps.name}"
+                )
+            if placement_selector_keys(ps.template) != f.selector_keys:
+                raise VerifyError(
+                    "workload_info (pod-set memo: selector keys)",
+                    f.selector_keys,
+                    placement_selector_keys(ps.template),
+                    f"Workload {wl.key} podSet {ps.name}",
+                )
+        return info, d, (key, f)
+
+    def request(
+        self, pod_sets: tuple[DraPodSet, ...], remembered: Sequence[_Remembered | None], verify: bool
+    ) -> DraRequest:
+        """``DraRequest(pod_sets)``, its signature from ``signatures`` when every pod set was
+        remembered (``pod_set_info``)."""
+        parts = []
+        for d, r in zip(pod_sets, remembered, strict=True):
+            if r is None:
+                return DraRequest(pod_sets)
+            (_, _, spec, claims), f = r
+            meta = placement_metadata(d.template, f.selector_keys)
+            parts.append((d.name, spec, claims, json.dumps(meta, sort_keys=True) if meta else ""))
+        sig_key = tuple(parts)
+        sig = self.signatures.get(sig_key)
+        if sig is None:
+            req = DraRequest(pod_sets)
+            self._keep(self.signatures, sig_key, req.signature)
+            return req
+        if verify:
+            general = DraRequest(pod_sets).signature
+            if sig != general:
+                raise VerifyError("workload_info (signature memo)", sig, general)
+        return DraRequest(pod_sets, sig)
+
+
+def _dra_pod_set_value(d: DraPodSet) -> tuple[object, ...]:
+    return (d.name, id(d.template), d.claims)
 
 
 def queued_since(wl: Workload, owner_created: str | None = None) -> str | None:

@@ -122,15 +122,16 @@ def workload_for_job(
         priority_classes or {},
         accept_kueue_labels,
     )
-    owner = OwnerReference(
-        api_version="batch/v1",
-        kind="Job",
-        name=job.name,
-        uid=job.metadata.uid or "",
-        controller=True,
-        block_owner_deletion=True,
-    )
-    pod_set = PodSet(name="main", template=job.spec.template, count=count, min_count=min_count)
+    # wire forms, validated with the Workload (one validation instead of one per model)
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": job.name,
+        "uid": job.metadata.uid or "",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    pod_set = {"name": "main", "template": job.spec.template, "count": count, "minCount": min_count}
     return owned_workload(
         ref, workload_name_for_job(job), job.namespace or "default", queue, owner, [pod_set], prio, pref
     )
@@ -141,30 +142,42 @@ def owned_workload(
     name: str,
     namespace: str,
     queue: str,
-    owner: OwnerReference,
-    pod_sets: Sequence[PodSet],
+    owner: OwnerReference | Mapping[str, object],
+    pod_sets: Sequence[PodSet | Mapping[str, object]],
     priority: int,
     priority_class_ref: PriorityClassRef | None,
 ) -> Workload:
     """A Workload owned by ``owner`` (its controller) in ``queue``; a spec the model rejects raises
-    :class:`WorkloadError` naming ``ref``."""
+    :class:`WorkloadError` naming ``ref``. ``owner`` and ``pod_sets`` are models or their wire
+    forms (validated here: a pod set the model rejects is such a spec)."""
+    spec: dict[str, object] = {
+        "podSets": list(pod_sets),
+        "queueName": queue,
+        "priorityClassRef": priority_class_ref,
+        "priority": priority,
+    }
+    obj: dict[str, object] = {
+        "apiVersion": API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {QUEUE_NAME_LABEL: queue},
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+    }
     try:
-        spec = WorkloadSpec(
-            pod_sets=list(pod_sets),
-            queue_name=queue,
-            priority_class_ref=priority_class_ref,
-            priority=priority,
-        )
+        # spec and object in one validation (a WorkloadSpec instance given to Workload would run its
+        # after-validator again); on an error, as two, for the spec's errors named relative to it
+        return Workload.model_validate(obj)
+    except ValidationError:
+        pass
+    try:
+        obj["spec"] = WorkloadSpec.model_validate(spec)
     except ValidationError as e:
         raise WorkloadError(format_validation_error(e, f"{ref}: Workload spec")) from None
-    return Workload(
-        api_version=API_VERSION,
-        kind="Workload",
-        metadata=ObjectMeta(
-            name=name, namespace=namespace, labels={QUEUE_NAME_LABEL: queue}, owner_references=[owner]
-        ),
-        spec=spec,
-    )
+    return Workload.model_validate(obj)
 
 
 def job_counts(job: Job) -> tuple[int, int | None]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,7 @@ from queueing.scheduling.jobs import (
     workload_for_pod_group,
 )
 from queueing.scheduling.snapshot import WorkloadInfo
+from queueing.verify import verify_from_env
 
 __all__ = [
     "ARRIVAL_ANNOTATION",
@@ -271,10 +273,16 @@ def pod_gated_workloads(
         raise ScenarioError(str(e)) from None
 
 
-def load_scenario(paths: Iterable[str], *, extended_resources: bool = True) -> Scenario:
+def load_scenario(
+    paths: Iterable[str], *, extended_resources: bool = True, verify: bool | None = None
+) -> Scenario:
+    """``verify``: verify mode of the conversions (``ApiContext.verify``; None: from
+    ``QUEUEING_VERIFY``, as ``Simulation``)."""
     objs, warnings = load_objects(paths)
     sc = Scenario(objects=objs, warnings=warnings)
-    ctx = ApiContext.from_objects(objs, extended_resources=extended_resources)
+    if verify is None:
+        verify = verify_from_env(os.environ)
+    ctx = ApiContext.from_objects(objs, extended_resources=extended_resources, verify=verify)
     wpcs = dict(ctx.workload_priority_classes)
     pcs = dict(ctx.priority_classes)
     groups: dict[tuple[str, str], list[Pod]] = {}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from queueing.api import core, resource, v1beta1
+from queueing.api import core, registry, resource, v1beta1
 from queueing.api.quantity import Quantity
 from queueing.api.registry import ObjectError, known_kinds, model_for, parse_object
 from queueing.api.v1beta1 import (
@@ -497,6 +497,22 @@ def test_model_for_every_kind() -> None:
     assert model_for("batch/v1", "Job") is core.Job
     assert model_for("kueue.x-k8s.io/v1beta2", "ClusterQueue") is None
     assert len(known_kinds()) >= len(v1beta1.KINDS) + 4
+
+
+def test_the_kinds_read_once_are_the_modules_kinds() -> None:
+    """``_kinds_of`` reads each module once: its table is what reading the module now gives
+    (every KubeObject class of the module with a kind), read-only, and a module that does not
+    exist has no kinds."""
+    for m in registry._MODULES:
+        kept = registry._kinds_of(m)
+        assert kept is registry._kinds_of(m)
+        assert dict(kept) == dict(registry._kinds_of.__wrapped__(m))
+        assert kept and all(
+            cls.__module__ == m and k == (cls.API_VERSION, cls.KIND) for k, cls in kept.items()
+        )
+        with pytest.raises(TypeError):
+            kept[("x", "y")] = core.Pod  # type: ignore[index]
+    assert dict(registry._kinds_of("queueing.api.no_such_module")) == {}
 
 
 def test_parse_object_errors() -> None:
