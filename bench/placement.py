@@ -57,7 +57,8 @@ from pathlib import Path
 from typing import Any
 
 from queueing.api.core import Node, PodSpec, PodTemplateSpec
-from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from queueing.api.resource import DeviceClass, ResourceClaimTemplate, ResourceSlice
+from queueing.dra.binding import claim_from_template
 from queueing.dra.scoring import FIRST_FIT, LEAST_FRAGMENTATION, POLICIES, Scorer
 from queueing.scheduling.dra_placer import ClaimRef, DraPlacer, DraPodSet, DraRequest, DraState
 from queueing.scheduling.placer import Placement
@@ -328,13 +329,7 @@ def warm(placer: DraPlacer, templates: Sequence[ResourceClaimTemplate], nodes: S
     nodes; first fit stops at the first that fits); the per-decision CPU then measures warm-up, not
     decisions. Changes no decision (a cache). Returns the candidate lists built."""
     alloc = placer.cluster.allocator
-    claims = [
-        ResourceClaim.model_validate(
-            {"metadata": {"name": t.name, "namespace": "default"}, "spec": t.spec.spec.to_dict()}
-        )
-        for t in templates
-    ]
-    return alloc.warm(alloc.prepare(claims), nodes)
+    return alloc.warm(alloc.prepare([claim_from_template(t, t.name) for t in templates]), nodes)
 
 
 def racks_needed(placer: DraPlacer, scorer: Scorer, pods: int) -> int:
