@@ -24,6 +24,18 @@ __all__ = ["ReasonChanges", "pending_groups"]
 _key = attrgetter("key")
 
 
+def _agree(pws: Sequence[WorkloadInfo], j: int, ws: Sequence[WorkloadInfo], n: int) -> int:
+    """How many of ``ws[:n]`` agree with ``pws[j:j + n]`` in order: the index of the first pair
+    that differs, else ``n``. Mostly all do: a list comparison answers that at C speed (it compares
+    by identity first; a pair of distinct but equal workloads also agrees, and may, as a reason goes
+    by the workload's key and equal workloads have equal keys); only when it fails are the pairs
+    searched one by one for the first one that is not the same object."""
+    if pws[j : j + n] == (ws if len(ws) == n else ws[:n]):
+        return n
+    # (map stops at the shorter of the two: after n pairs)
+    return next(compress(count(), map(is_not, islice(pws, j, None), ws)), n)
+
+
 def pending_groups(
     pending: Mapping[str, PendingReason],
 ) -> Iterator[tuple[Sequence[WorkloadInfo] | None, str | None, PendingReason]]:
@@ -46,12 +58,22 @@ class ReasonChanges:
     def __init__(self, verify: bool = False) -> None:
         self.last: dict[str, PendingReason] = {}
         self.nominated: set[str] = set()
-        self._groups: dict[str, tuple[list[WorkloadInfo], PendingReason]] = {}  # run -> last group
+        # fit signature (a run) -> its group in the last cycle (``PendingReasons.set_all`` keeps
+        # the lists it is given unchanged, so they are kept here as they are)
+        self._groups: dict[str, tuple[Sequence[WorkloadInfo], PendingReason]] = {}
+        # key -> the fit signature of the group its reason came from (to forget that group too)
+        self._run_of: dict[str, str] = {}
         self.verify = verify  # also compare every workload's reason with its last one (``_check``)
 
     def forget(self, key: str) -> None:
+        """Forget the last reason of ``key``: the next cycle reports its reason whatever it is.
+        The group it was last reported in is forgotten too (else the next cycle could skip it
+        as part of an unchanged group)."""
         self.last.pop(key, None)
         self.nominated.discard(key)
+        sig = self._run_of.pop(key, None)
+        if sig is not None:
+            self._groups.pop(sig, None)
 
     def changes(
         self, pending: Mapping[str, PendingReason], present: Backlog
@@ -64,27 +86,30 @@ class ReasonChanges:
         again next time."""
         changed: list[tuple[str, PendingReason]] = []
         last = self.last
+        run_of = self._run_of
         before = dict(last) if self.verify else None
-        groups: dict[str, tuple[list[WorkloadInfo], PendingReason]] = {}
+        groups: dict[str, tuple[Sequence[WorkloadInfo], PendingReason]] = {}
         for ws, one, pr in pending_groups(pending):
             todo: Sequence[WorkloadInfo] | None = ws
+            sig: str | None = None
             if ws is not None:
                 sig = ws[0].fit_signature
                 prev = self._groups.get(sig)
-                groups[sig] = (list(ws), pr)
+                groups[sig] = (ws, pr)
                 if prev is not None and (prev[1] is pr or prev[1] == pr):
                     pws = prev[0]
                     head = ws[0]
                     j = next((i for i in range(min(len(pws), self._SHIFT)) if pws[i] is head), None)
                     if j is not None:
                         n = min(len(pws) - j, len(ws))
-                        # how many agree, in order (identity): the first index where they differ
-                        # (map stops at the shorter of the two: after n pairs)
-                        k = next(compress(count(), map(is_not, islice(pws, j, None), ws)), n)
-                        todo = ws[k:]
+                        todo = ws[_agree(pws, j, ws, n) :]
             keys: list[str] = list(map(_key, todo)) if todo is not None else [one] if one is not None else []
             if not keys:
                 continue
+            if sig is not None:
+                run_of.update(dict.fromkeys(keys, sig))
+            elif run_of:
+                run_of.pop(keys[0], None)
             lasts = list(map(last.get, keys))
             distinct = dict(zip(map(id, lasts), lasts, strict=True))
             other = {i for i, x in distinct.items() if x is not pr and (x is None or x != pr)}
