@@ -22,9 +22,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from queueing.api.v1beta1 import FINISHED
+from queueing.api.v1beta1 import FINISHED, Workload
 from queueing.controller.controller import Controller
 from queueing.controller.metrics import ControllerMetrics
 
@@ -55,18 +55,27 @@ class StallWatch:
         self._asked: float | None = None  # when the loop was woken and has not completed a sync since
         self._task: asyncio.Task[None] | None = None
         self.stall = 0.0
-        self.waiting = 0
 
-    def pending_work(self) -> int:
-        """Workloads that are neither admitted nor finished (what a sync would work on)."""
+    def _pending(self) -> Iterator[Workload]:
         c = self.controller
-        return sum(
-            1
+        admitted = c.admitted
+        return (
+            w
             for w in c.workloads.list()
-            if (w.metadata.uid or "") not in c.admitted
+            if (w.metadata.uid or "") not in admitted
             and not w.status.is_true(FINISHED)
             and not w.metadata.deletion_timestamp
         )
+
+    def pending_work(self) -> int:
+        """Workloads that are neither admitted nor finished (what a sync would work on)."""
+        return sum(1 for _ in self._pending())
+
+    @property
+    def waiting(self) -> int:
+        """How many workloads wait now (0 when this replica is not leading): counted when asked (the
+        probe's message), while each evaluation only asks whether one does."""
+        return self.pending_work() if self.leading() else 0
 
     def loop_dead(self) -> bool:
         task = getattr(self.controller, "_task", None)
@@ -76,13 +85,15 @@ class StallWatch:
         """Update the stall (seconds) and the metrics; wake the loop when it has to prove it answers."""
         c = self.controller
         now = self.clock()
-        self.waiting = self.pending_work() if self.leading() else 0
+        # whether any workload waits: the first one found answers it (a count of 15,000 Workloads
+        # every period was 6 % of the controller's CPU under load)
+        waiting = self.leading() and next(self._pending(), None) is not None
         last = c.last_sync_completed
-        if not self.waiting:
+        if not waiting:
             self._asked = None
         elif self._asked is not None and last is not None and last >= self._asked:
             self._asked = None  # answered
-        if self.waiting and self._asked is None and (last is None or now - last >= self.timeout / 2):
+        if waiting and self._asked is None and (last is None or now - last >= self.timeout / 2):
             self._asked = now
             c.wake()
         self.stall = now - self._asked if self._asked is not None else 0.0
