@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from queueing.api.base import KubeObject
 from queueing.api.core import Pod
@@ -358,3 +362,40 @@ async def test_short_strings_are_shared_between_cached_objects(emu: Emulator) ->
     raw = {"a": ["s", {"b": "s", "uid": "u"}], "c": long, "n": 1}
     assert intern_strings(raw, table) == {"a": ["s", {"b": "s", "uid": "u"}], "c": long, "n": 1}
     assert table == {"s": "s"}
+
+
+_event = st.tuples(
+    st.sampled_from(["ADDED", "MODIFIED", "DELETED", "observe", "forget", "invalid"]),
+    st.sampled_from(["b", "a", "c", "a0", "z"]),
+    st.sampled_from(["default", "kube-system"]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_event, max_size=30), st.booleans())
+def test_list_is_in_key_order_after_any_sequence_of_changes(
+    events: list[tuple[str, str, str]], verify: bool
+) -> None:
+    """``list``/``keys`` keep the sorted keys until a key joins or leaves: after any sequence of watch
+    events, observed writes, forgets and objects turned invalid they give the cache in key order (in
+    verify mode the kept keys are also compared with a fresh sort at every call)."""
+    client = SimpleNamespace(verify=verify, strings={})
+    inf: Informer[Pod] = Informer(client, PODS, Pod)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        for rv, (kind, name, ns) in enumerate(events, 1):
+            raw = pod(name, ns=ns)
+            raw["metadata"]["resourceVersion"] = str(rv)
+            if kind == "observe":
+                inf.observe(raw)
+            elif kind == "forget":
+                inf.forget(name, ns)
+            elif kind == "invalid":
+                raw["spec"] = {"containers": "not a list"}
+                await inf._apply({"type": "MODIFIED", "raw_object": raw})
+            else:
+                await inf._apply({"type": kind, "raw_object": raw})
+            assert inf.keys() == sorted(inf._cache)
+            assert [p.key for p in inf.list()] == sorted(inf._cache)
+
+    asyncio.run(run())
