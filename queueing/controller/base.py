@@ -53,6 +53,7 @@ from queueing.api.v1beta1 import (
     WorkloadPriorityClass,
 )
 from queueing.cache import ClusterCache, light_pod
+from queueing.cache.pod_owners import PodOwners
 from queueing.cache.reasons import ReasonChanges
 from queueing.cache.workloads import PendingWorkloads
 from queueing.config import Config
@@ -249,6 +250,9 @@ class ControllerBase:
             job_informers.append(inf(JOBS, Job, label_selector=KUEUE_QUEUE_NAME_LABEL))
             self.jobs = JobSources(job_informers)
         self.pods: Informer[Pod] = inf(PODS, Pod, label_selector=WORKLOAD_UID_LABEL)
+        # the managed pods by Workload UID and by controlling owner, kept by the informer's deltas
+        self.pod_owners = PodOwners()
+        self.pods.add_mirror(self.pod_owners.apply)
         self.group_pods: Informer[Pod] = inf(PODS, Pod, label_selector=POD_GROUP_LABEL)
         # pod-gated kinds (queueing/integrations/podgated.py): queued pods not in a group yet (their
         # objects: ``gated_sources`` below)
@@ -694,20 +698,17 @@ class ControllerBase:
     def _pods_by_workload(self) -> Callable[[Workload], list[Pod]]:
         """The pods of each admitted Workload: those labelled with its UID, and for a Job's Workload
         every pod of its Job (a Workload recreated for the same Job took over the admission of the
-        one whose UID the pod template carries)."""
-        by_uid: dict[str, list[Pod]] = {}
-        by_owner: dict[str, list[Pod]] = {}
-        for p in self.pods.list():
-            by_uid.setdefault(p.labels.get(WORKLOAD_UID_LABEL, ""), []).append(p)
-            for o in p.metadata.owner_references or []:
-                if o.controller:
-                    by_owner.setdefault(o.uid, []).append(p)
+        one whose UID the pod template carries). From the index the pods informer keeps
+        (``PodOwners``); verify mode checks the index against the informer's pods."""
+        owners = self.pod_owners
+        if self.verify:
+            owners.check(self.pods.list())
 
         def pods_of(wl: Workload) -> list[Pod]:
             src = self._source_of(wl)  # a Job's own pods (other kinds' pods are their children's)
             if isinstance(src, BatchJob) and src.job.metadata.uid:
-                return by_owner.get(src.job.metadata.uid, [])
-            return by_uid.get(wl.metadata.uid or "", [])
+                return owners.controlled_by(src.job.metadata.uid)
+            return owners.labelled(wl.metadata.uid or "")
 
         return pods_of
 
