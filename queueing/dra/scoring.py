@@ -103,6 +103,20 @@ def card_loss(
     return loss
 
 
+def _rep_and_weights(
+    totals: Sequence[Fraction], uses: Sequence[Sequence[tuple[int, Fraction]]]
+) -> tuple[int, tuple[Fraction, ...]]:
+    """A card's representative counter (the first consumed by every device; else the first) and its
+    devices' weights (the square of the mean share of the card's counters each consumes)."""
+    common = set(range(len(totals)))
+    for row in uses:
+        common &= {j for j, _ in row}
+    weights = tuple(
+        (sum((a / totals[j] for j, a in row if totals[j]), _ZERO) / len(totals)) ** 2 for row in uses
+    )
+    return (min(common) if common else 0), weights
+
+
 class Scorer:
     """The ``LeastFragmentation`` orders for one :class:`~queueing.dra.gang.ClusterState` (its
     inventory is fixed; what is taken is read from the state's ``Usage`` at each call)."""
@@ -133,23 +147,29 @@ class Scorer:
                 members.setdefault(next(iter(sets)), []).append(dev)
             elif sets:  # a device over several counter sets: not ranked by a card
                 self._card_of[dev.key] = None
+        by_set: dict[SetKey, list[CounterKey]] = {}
+        for ck in inv.counters:
+            by_set.setdefault(ck[:3], []).append(ck)
+        # per layout: its representative counter's index and its devices' weights (both functions
+        # of the layout alone: computed once per layout; verify mode computes them per card again)
+        derived: dict[int, tuple[int, tuple[Fraction, ...]]] = {}
         for sk, devs in members.items():
-            counters = tuple(sorted(ck for ck in inv.counters if ck[:3] == sk))
+            counters = tuple(sorted(by_set.get(sk, ())))
             if not counters:
                 continue
             idx = {ck: j for j, ck in enumerate(counters)}
             totals = tuple(inv.counters[ck] for ck in counters)
             uses = tuple(tuple(sorted((idx[ck], a) for ck, a in d.consumes if ck in idx)) for d in devs)
-            common = set(range(len(counters)))
-            for row in uses:
-                common &= {j for j, _ in row}
-            rep = counters[min(common)] if common else counters[0]
-            weights = tuple(
-                (sum((a / totals[j] for j, a in row if totals[j]), _ZERO) / len(counters)) ** 2
-                for row in uses
-            )
             shape = (tuple(ck[3] for ck in counters), totals, uses)
             layout = self._layouts.setdefault(shape, len(self._layouts))
+            hit = derived.get(layout)
+            if hit is None or self.verify:
+                got = _rep_and_weights(totals, uses)
+                if hit is not None and hit != got:
+                    raise VerifyError("Scorer._build (per layout)", hit, got, f"counter set {'/'.join(sk)}")
+                hit = derived[layout] = got
+            rep = counters[hit[0]]
+            weights = hit[1]
             card = _Card(
                 sk, counters, totals, rep, float(inv.counters[rep]), tuple(devs), uses, weights, layout
             )
