@@ -128,13 +128,24 @@ class Scorer:
         self._card_of: dict[tuple[str, str, str], tuple[_Card, int] | None] = {}
         self._node_cards: list[tuple[tuple[_Card, ...], tuple[InventoryDevice, ...]]] | None = None
         self._layouts: dict[tuple[object, ...], int] = {}
-        self._loss: dict[tuple[int, tuple[Fraction, ...], int], Fraction] = {}
+        # (card layout, counters used) -> device index on the card -> its loss (``losses``)
+        self._loss: dict[tuple[int, tuple[Fraction, ...]], dict[int, Fraction]] = {}
         self._reps: list[tuple[tuple[tuple[CounterKey, float], ...], tuple[InventoryDevice, ...]]] | None = (
             None
         )
         self._placeable: dict[tuple[int, tuple[Fraction, ...]], tuple[int, ...]] = {}
         # node index -> (stamp, ``node_key``): see ``node_order``
         self._node_keys: dict[int, tuple[tuple[object, ...], tuple[int, int, float, int]]] = {}
+        # node name -> (stamp, per card its counters used and losses, per candidate list (by id)
+        # the list and its order): see ``device_order``
+        self._orders: dict[
+            str,
+            tuple[
+                tuple[object, ...],
+                dict[SetKey, tuple[tuple[Fraction, ...], dict[int, Fraction]]],
+                dict[int, tuple[tuple[object, ...], tuple[object, ...]]],
+            ],
+        ] = {}
         self._build()
 
     # ---- structure (once per inventory) -----------------------------------------------------
@@ -297,25 +308,76 @@ class Scorer:
         return tuple(sorted(idx, key=keys.__getitem__))
 
     # ---- device order ------------------------------------------------------------------------
-    def loss(self, card: _Card, used: tuple[Fraction, ...], k: int) -> Fraction:
-        key = (card.layout, used, k)
-        hit = self._loss.get(key)
+    def losses(self, card: _Card, used: tuple[Fraction, ...]) -> dict[int, Fraction]:
+        """The memo of the losses on cards of ``card``'s layout with ``used`` taken (device index ->
+        loss, filled by ``loss``): one lookup per card and counter state, not per candidate."""
+        key = (card.layout, used)
+        memo = self._loss.get(key)
+        if memo is None:
+            if len(self._loss) >= 50_000:
+                self._loss.clear()
+            memo = self._loss[key] = {}
+        return memo
+
+    def loss(
+        self, card: _Card, used: tuple[Fraction, ...], k: int, memo: dict[int, Fraction] | None = None
+    ) -> Fraction:
+        """``card_loss`` of device k of ``card`` with ``used`` taken, memoised per (layout, used, k)
+        (``memo``: ``losses(card, used)``, when the caller has it); verify mode computes it again."""
+        if memo is None:
+            memo = self.losses(card, used)
+        hit = memo.get(k)
         if hit is None or self.verify:
             got = card_loss(card.totals, used, card.uses, card.weights, k)
             if hit is not None and hit != got:
                 raise VerifyError("Scorer.loss (memo)", hit, got, f"counter set {'/'.join(card.key)}")
-            if len(self._loss) >= 200_000:
-                self._loss.clear()
-            hit = self._loss[key] = got
+            hit = memo[k] = got
         return hit
 
     def device_order(self, cands: tuple[object, ...], node: Node | None, usage: Usage) -> tuple[object, ...]:
         """``Allocator.allocate_on``'s ``order``: the same candidates, least loss first (devices of
         partitionable cards), then devices without counters by their PCIe root's taken devices (most
-        first), each in inventory order among equals."""
+        first), each in inventory order among equals.
+
+        On a node that reaches only its own devices (``Inventory.node_scoped``) the order is kept
+        per candidate list (by identity), and each card's counters used, while the node's devices
+        stay as they were (a stamp of the usage and the node's ``Usage.node_changes``: nothing else
+        changes what the order reads); verify mode orders again and compares."""
         if len(cands) < 2:
             return cands
-        used_of: dict[SetKey, tuple[Fraction, ...]] = {}
+        if node is None or not self.state.inventory.node_scoped(node):
+            return self._device_order(cands, node, usage, {})
+        stamp = (usage.token, usage.node_changes.get(node.name, 0), usage.loose_change)
+        kept = self._orders.get(node.name)
+        if kept is None or kept[0] != stamp:
+            kept = self._orders[node.name] = (stamp, {}, {})
+        orders = kept[2]
+        hit = orders.get(id(cands))
+        if hit is not None and hit[0] is cands:
+            if self.verify:
+                want = self._device_order(cands, node, usage, {})
+                if not _same(hit[1], want):
+                    raise VerifyError(
+                        "Scorer.device_order (kept per node)",
+                        _names(hit[1]),
+                        _names(want),
+                        f"node {node.name}",
+                    )
+            return hit[1]
+        got = self._device_order(cands, node, usage, kept[1])
+        orders[id(cands)] = (cands, got)
+        return got
+
+    def _device_order(
+        self,
+        cands: tuple[object, ...],
+        node: Node | None,
+        usage: Usage,
+        used_of: dict[SetKey, tuple[tuple[Fraction, ...], dict[int, Fraction]]],
+    ) -> tuple[object, ...]:
+        """``device_order``'s general computation; ``used_of``: per card its counters used (and
+        their ``losses``) in ``usage``, filled here (kept per node by the caller; verify mode reads
+        them again)."""
         counters = usage.counters
         taken = usage.devices
         root_taken: dict[object, int] = {}
@@ -325,10 +387,19 @@ class Scorer:
             hit = self._card_of.get(dev.key)
             if hit is not None:
                 card, k = hit
-                used = used_of.get(card.key)
-                if used is None:
-                    used = used_of[card.key] = _used(counters, card.counters)
-                keyed.append(((0, self.loss(card, used, k)), pos, cand))
+                cs = used_of.get(card.key)
+                if cs is None or self.verify:
+                    used = _used(counters, card.counters)
+                    if cs is None:
+                        cs = used_of[card.key] = (used, self.losses(card, used))
+                    elif cs[0] != used:
+                        raise VerifyError(
+                            "Scorer.device_order (card counters kept per node)",
+                            cs[0],
+                            used,
+                            f"counter set {'/'.join(card.key)}",
+                        )
+                keyed.append(((0, self.loss(card, cs[0], k, cs[1])), pos, cand))
                 continue
             root = dev.attributes.get(PCIE_ROOT)
             if root is None:
@@ -344,6 +415,14 @@ class Scorer:
             keyed.append(((1, -n), pos, cand))
         keyed.sort(key=lambda t: (t[0], t[1]))
         return tuple(c for _, _, c in keyed)
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _names(cands: Sequence[object]) -> list[str]:
+    return [c.dev.name for c in cands]  # type: ignore[attr-defined]
 
 
 def _used(counters: Mapping[CounterKey, Fraction], keys: Sequence[CounterKey]) -> tuple[Fraction, ...]:

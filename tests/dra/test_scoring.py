@@ -182,7 +182,7 @@ def test_card_loss_memo_is_verified() -> None:
     k = next(j for j, d in enumerate(card.devices) if d.name == "gpu-0-mig-1g-18gb-0")
     want = card_loss(card.totals, used, card.uses, card.weights, k)
     assert sc.loss(card, used, k) == want
-    sc._loss[(card.layout, used, k)] = want + 1  # a wrong memo entry is caught in verify mode
+    sc._loss[(card.layout, used)][k] = want + 1  # a wrong memo entry is caught in verify mode
     with pytest.raises(VerifyError, match=r"Scorer\.loss"):
         sc.loss(card, used, k)
 
@@ -325,7 +325,8 @@ def test_memos_across_releases_on_other_nodes(
 ) -> None:
     """The allocator's failure memo, kept while no device of the node is released (releases on other
     nodes keep it: ``Usage.node_epochs``), and the scorer's node keys, kept while the node's devices
-    and pods stay as they were (``Usage.node_changes``): placements and releases over up to three nodes,
+    and pods stay as they were (``Usage.node_changes``), as are its device orders and cards' counters
+    used (``Scorer.device_order``): placements and releases over up to three nodes,
     in verify mode (each kept answer computed again, a difference raises) and without it; both
     states place every pod on the same devices."""
     nodes, slices = cluster(n_nodes, 2)
