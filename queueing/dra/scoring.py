@@ -112,7 +112,8 @@ def _rep_and_weights(
     for row in uses:
         common &= {j for j, _ in row}
     weights = tuple(
-        (sum((a / totals[j] for j, a in row if totals[j]), _ZERO) / len(totals)) ** 2 for row in uses
+        (sum((Fraction(a) / totals[j] for j, a in row if totals[j]), _ZERO) / len(totals)) ** 2
+        for row in uses
     )
     return (min(common) if common else 0), weights
 
@@ -169,8 +170,11 @@ class Scorer:
             if not counters:
                 continue
             idx = {ck: j for j, ck in enumerate(counters)}
-            totals = tuple(inv.counters[ck] for ck in counters)
-            uses = tuple(tuple(sorted((idx[ck], a) for ck, a in d.consumes if ck in idx)) for d in devs)
+            # whole amounts as ints (as ``_used``): the same values, cheaper to add, compare and hash
+            totals = tuple(_whole(inv.counters[ck]) for ck in counters)
+            uses = tuple(
+                tuple(sorted((idx[ck], _whole(a)) for ck, a in d.consumes if ck in idx)) for d in devs
+            )
             shape = (tuple(ck[3] for ck in counters), totals, uses)
             layout = self._layouts.setdefault(shape, len(self._layouts))
             hit = derived.get(layout)
@@ -423,6 +427,11 @@ def _same(a: Sequence[object], b: Sequence[object]) -> bool:
 
 def _names(cands: Sequence[object]) -> list[str]:
     return [c.dev.name for c in cands]  # type: ignore[attr-defined]
+
+
+def _whole(v: Fraction) -> Fraction:
+    """``v``, an int when it is whole (equal, cheaper to add, compare and hash)."""
+    return v.numerator if v.denominator == 1 else v  # type: ignore[return-value]
 
 
 def _used(counters: Mapping[CounterKey, Fraction], keys: Sequence[CounterKey]) -> tuple[Fraction, ...]:

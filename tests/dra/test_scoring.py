@@ -408,7 +408,7 @@ def test_card_structure_is_computed_once_per_layout(cards: list[tuple[int, list[
                 common &= {j for j, _ in row}
             assert card.rep == card.counters[min(common) if common else 0]
             want = tuple(
-                (sum((a / card.totals[j] for j, a in row), Fraction(0)) / len(card.totals)) ** 2
+                (sum((Fraction(a, card.totals[j]) for j, a in row), Fraction(0)) / len(card.totals)) ** 2
                 for row in card.uses
             )
             assert card.weights == want
