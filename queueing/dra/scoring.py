@@ -137,6 +137,7 @@ class Scorer:
         self._placeable: dict[tuple[int, tuple[Fraction, ...]], tuple[int, ...]] = {}
         # node index -> (stamp, ``node_key``): see ``node_order``
         self._node_keys: dict[int, tuple[tuple[object, ...], tuple[int, int, float, int]]] = {}
+        self._scoped: list[bool] | None = None  # per node: ``Inventory.node_scoped`` (fixed)
         # node name -> (stamp, per card its counters used and losses, per candidate list (by id)
         # the list and its order): see ``device_order``
         self._orders: dict[
@@ -284,17 +285,16 @@ class Scorer:
         idx = range(len(st.nodes)) if nodes is None else nodes
         kept = self._node_keys
         keys: dict[int, tuple[int, int, float, int]] = {}
+        scoped = self._scoped
+        if scoped is None:
+            scoped = self._scoped = [st.inventory.node_scoped(n) for n in st.nodes]
+        names = st.node_names
+        changes = usage.node_changes
         for i in idx:
-            node = st.nodes[i]
-            if not st.inventory.node_scoped(node):
+            if not scoped[i]:
                 keys[i] = self.node_key(i, usage)
                 continue
-            stamp = (
-                usage.token,
-                usage.node_changes.get(node.name, 0),
-                usage.loose_change,
-                st.used[i]["pods"],
-            )
+            stamp = (usage.token, changes.get(names[i], 0), usage.loose_change, st.used[i]["pods"])
             hit = kept.get(i)
             if hit is not None and hit[0] == stamp:
                 key = hit[1]
@@ -303,7 +303,7 @@ class Scorer:
                         "Scorer.node_order (kept node keys)",
                         key,
                         self.node_key(i, usage),
-                        f"node {node.name}",
+                        f"node {names[i]}",
                     )
             else:
                 key = self.node_key(i, usage)
