@@ -806,6 +806,13 @@ class Allocator:
             misses.append(got)
         return AllocationOutcome(None, (), tuple(misses), False)
 
+    def known_misfit(self, shapes: tuple[int, ...], node: Node, usage: Usage) -> bool:
+        """Whether ``allocate_on`` answers "does not fit" for claims of these shapes (their
+        ``PreparedClaim.shape_id``, in order) on ``node`` from its failure memo alone, before any
+        other check: a search may skip the node without preparing the call."""
+        seen = self._fail.get((shapes, node.name))
+        return seen is not None and seen == self._fail_stamp(node, usage)
+
     def _fail_stamp(self, node: Node | None, usage: Usage) -> tuple[object, ...]:
         """What a remembered "does not fit on this node" holds for: this usage (its token) with no
         release since that could make room there. Taking more never makes claims fit; a release
