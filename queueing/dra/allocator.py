@@ -868,6 +868,19 @@ class Allocator:
         single = self._pruned(fail_key, need, steps, node, usage)
         if single is None:
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
+        if (
+            order is not None
+            and greedy
+            and not validate
+            and len(steps) == 1
+            and steps[0][1][0].count == 1
+            and self._none_placeable(single[0], usage)
+        ):
+            # no device the request could take: a miss in any order, without ordering them
+            if self.verify:
+                self._verify_no_fit("Allocator._none_placeable (allocate_on)", claims, node, usage)
+            self._fail[fail_key] = self._fail_stamp(node, usage)
+            return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         search = _Search(usage=usage, node=node, steps_left=self.max_steps, order=order)
         if order is not None:
             single = [order(c, node, usage) for c in single]
@@ -927,6 +940,29 @@ class Allocator:
                     f"asks for at least {least} devices on node {node.name if node else '-'} (All "
                     f"requests with all their devices), more than the limit of {MAX_RESULTS_PER_CLAIM} per claim",
                 )
+
+    def _none_placeable(self, cands: tuple[_Candidate, ...], usage: Usage) -> bool:
+        """Whether none of ``cands`` can be taken on its own in ``usage`` (taken, or its counters do
+        not fit), so that a request for one of them (ExactCount 1, no constraints, no admin access)
+        fails whatever order the search tries them in: ``_greedy`` and ``_solve`` try each of them
+        once and take the first that can be taken. False whenever the search could answer
+        otherwise than that: a device with a CEL error (raised when reached), one allowing multiple
+        allocations (capacity), or more devices than the step bound."""
+        if len(cands) > self.max_steps or not self._list_flags(cands)[1]:
+            return False
+        taken = usage.devices
+        used = usage.counters
+        total = self.inventory.counters
+        for c in cands:
+            dev = c.dev
+            if dev.multi or c.capacity:
+                return False
+            if taken.get(dev.key, 0) > 0:
+                continue
+            if dev.consumes and any(used.get(ck, 0) + a > total.get(ck, 0) for ck, a in dev.consumes):
+                continue
+            return False
+        return True
 
     def _verify_no_fit(
         self, memo: str, claims: Sequence[PreparedClaim], node: Node | None, usage: Usage

@@ -327,7 +327,8 @@ def test_memos_across_releases_on_other_nodes(
     nodes keep it: ``Usage.node_epochs``), and the scorer's node keys, kept while the node's devices
     and pods stay as they were (``Usage.node_changes``), as are its device orders and cards' counters
     used (``Scorer.device_order``), and the scored search's skip of nodes the failure memo rules out
-    (``Allocator.known_misfit``): placements and releases over up to three nodes,
+    (``Allocator.known_misfit``) and of ordering a request none of whose devices can be taken
+    (``Allocator._none_placeable``): placements and releases over up to three nodes,
     in verify mode (each kept answer computed again, a difference raises) and without it; both
     states place every pod on the same devices."""
     nodes, slices = cluster(n_nodes, 2)
