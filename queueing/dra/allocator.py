@@ -959,9 +959,12 @@ class Allocator:
                 return False
             if taken.get(dev.key, 0) > 0:
                 continue
-            if dev.consumes and any(used.get(ck, 0) + a > total.get(ck, 0) for ck, a in dev.consumes):
-                continue
-            return False
+            for ck, a in dev.consumes:
+                u = used.get(ck)  # (none used: no addition, the slow part of Fraction arithmetic)
+                if (a if u is None else u + a) > total.get(ck, 0):
+                    break
+            else:
+                return False
         return True
 
     def _verify_no_fit(
