@@ -170,11 +170,14 @@ class Scorer:
             counters = tuple(sorted(by_set.get(sk, ())))
             if not counters:
                 continue
-            idx = {ck: j for j, ck in enumerate(counters)}
             # whole amounts as ints (as ``_used``): the same values, cheaper to add, compare and hash
             totals = tuple(_whole(inv.counters[ck]) for ck in counters)
+            # each counter's index by its name (every counter a member device consumes is of this
+            # set, and a name is cheaper to hash than a counter key)
+            at = {ck[3]: j for j, ck in enumerate(counters)}
             uses = tuple(
-                tuple(sorted((idx[ck], _whole(a)) for ck, a in d.consumes if ck in idx)) for d in devs
+                tuple(sorted((j, _whole(a)) for ck, a in d.consumes if (j := at.get(ck[3])) is not None))
+                for d in devs
             )
             shape = (tuple(ck[3] for ck in counters), totals, uses)
             layout = self._layouts.setdefault(shape, len(self._layouts))
