@@ -50,6 +50,7 @@ from queueing.dra.errors import AllocationError
 from queueing.dra.features import Features
 from queueing.dra.inventory import (
     AttrValue,
+    CounterKey,
     DeviceKey,
     Inventory,
     InventoryDevice,
@@ -327,6 +328,9 @@ class CelFault:
     def error(self, alt: Alternative) -> AllocationError:
         sel = alt.selectors[self.selector]
         return AllocationError(sel.obj, sel.field, self.message)
+
+
+_NO_COUNTER = Fraction(0)  # the total of a counter the inventory does not have
 
 
 @dataclass(slots=True)
@@ -806,6 +810,13 @@ class Allocator:
             misses.append(got)
         return AllocationOutcome(None, (), tuple(misses), False)
 
+    def known_misfit(self, shapes: tuple[int, ...], node: Node, usage: Usage) -> bool:
+        """Whether ``allocate_on`` answers "does not fit" for claims of these shapes (their
+        ``PreparedClaim.shape_id``, in order) on ``node`` from its failure memo alone, before any
+        other check: a search may skip the node without preparing the call."""
+        seen = self._fail.get((shapes, node.name))
+        return seen is not None and seen == self._fail_stamp(node, usage)
+
     def _fail_stamp(self, node: Node | None, usage: Usage) -> tuple[object, ...]:
         """What a remembered "does not fit on this node" holds for: this usage (its token) with no
         release since that could make room there. Taking more never makes claims fit; a release
@@ -860,6 +871,19 @@ class Allocator:
         steps = [(ci, alts) for ci, pc in enumerate(claims) for alts in pc.requests]
         single = self._pruned(fail_key, need, steps, node, usage)
         if single is None:
+            return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
+        if (
+            order is not None
+            and greedy
+            and not validate
+            and len(steps) == 1
+            and steps[0][1][0].count == 1
+            and self._none_placeable(single[0], usage)
+        ):
+            # no device the request could take: a miss in any order, without ordering them
+            if self.verify:
+                self._verify_no_fit("Allocator._none_placeable (allocate_on)", claims, node, usage)
+            self._fail[fail_key] = self._fail_stamp(node, usage)
             return self._diagnose(claims, node, usage, bound_hit=False) if explain else None
         search = _Search(usage=usage, node=node, steps_left=self.max_steps, order=order)
         if order is not None:
@@ -920,6 +944,40 @@ class Allocator:
                     f"asks for at least {least} devices on node {node.name if node else '-'} (All "
                     f"requests with all their devices), more than the limit of {MAX_RESULTS_PER_CLAIM} per claim",
                 )
+
+    def _none_placeable(self, cands: tuple[_Candidate, ...], usage: Usage) -> bool:
+        """Whether none of ``cands`` can be taken on its own in ``usage`` (taken, or its counters do
+        not fit), so that a request for one of them (ExactCount 1, no constraints, no admin access)
+        fails whatever order the search tries them in: ``_greedy`` and ``_solve`` try each of them
+        once and take the first that can be taken. False whenever the search could answer
+        otherwise than that: a device with a CEL error (raised when reached), one allowing multiple
+        allocations (capacity), or more devices than the step bound."""
+        if len(cands) > self.max_steps or not self._list_flags(cands)[1]:
+            return False
+        taken = usage.devices
+        used = usage.counters
+        total = self.inventory.counters
+        # per counter what is left of it (the same for every candidate: ``usage`` does not change
+        # here); ``used + a > total`` is ``a > left``, one Fraction subtraction per counter instead
+        # of an addition per candidate and counter
+        left: dict[CounterKey, Fraction] = {}
+        for c in cands:
+            dev = c.dev
+            if dev.multi or c.capacity:
+                return False
+            if taken.get(dev.key, 0) > 0:
+                continue
+            for ck, a in dev.consumes:
+                room = left.get(ck)
+                if room is None:
+                    u = used.get(ck)
+                    t = total.get(ck, _NO_COUNTER)
+                    room = left[ck] = t if u is None else t - u
+                if a > room:
+                    break
+            else:
+                return False
+        return True
 
     def _verify_no_fit(
         self, memo: str, claims: Sequence[PreparedClaim], node: Node | None, usage: Usage

@@ -915,6 +915,17 @@ class _Gang:
         usage = self.state.usage
         taken = usage.node_taken
         simple = self.state.simple_devices
+        # a pod whose claims on every node are its own (no shared claims, no extended resources
+        # served through DRA): where the allocator's failure memo already says they do not fit,
+        # ``_try`` answers no whatever its other checks say; skip the node, counted as a check
+        # (verify mode tries it and raises if it fits)
+        shapes = (
+            tuple(pc.shape_id for pc in plan.own)
+            if plan.own and not plan.shared and not plan.extended
+            else None
+        )
+        misfit = self.state.allocator.known_misfit
+        verify = self.state.verify
         for pos in range(start, len(order)):
             i = order[pos]
             if need:
@@ -923,6 +934,15 @@ class _Gang:
                 if free is not None and free < need:
                     self._skip(1)
                     continue
+            if shapes is not None and misfit(shapes, nodes[i], usage):
+                if not verify:
+                    self._skip(1)
+                    continue
+                if self._try(plan, i):
+                    raise VerifyError(
+                        "_Gang._search_ordered (known misfit)", "no fit", "fits", f"node {nodes[i].name}"
+                    )
+                continue
             if self._try(plan, i):
                 if self._search_ordered(k + 1, pos):
                     return True

@@ -103,6 +103,21 @@ def card_loss(
     return loss
 
 
+def _rep_and_weights(
+    totals: Sequence[Fraction], uses: Sequence[Sequence[tuple[int, Fraction]]]
+) -> tuple[int, tuple[Fraction, ...]]:
+    """A card's representative counter (the first consumed by every device; else the first) and its
+    devices' weights (the square of the mean share of the card's counters each consumes)."""
+    common = set(range(len(totals)))
+    for row in uses:
+        common &= {j for j, _ in row}
+    weights = tuple(
+        (sum((Fraction(a) / totals[j] for j, a in row if totals[j]), _ZERO) / len(totals)) ** 2
+        for row in uses
+    )
+    return (min(common) if common else 0), weights
+
+
 class Scorer:
     """The ``LeastFragmentation`` orders for one :class:`~queueing.dra.gang.ClusterState` (its
     inventory is fixed; what is taken is read from the state's ``Usage`` at each call)."""
@@ -114,13 +129,25 @@ class Scorer:
         self._card_of: dict[tuple[str, str, str], tuple[_Card, int] | None] = {}
         self._node_cards: list[tuple[tuple[_Card, ...], tuple[InventoryDevice, ...]]] | None = None
         self._layouts: dict[tuple[object, ...], int] = {}
-        self._loss: dict[tuple[int, tuple[Fraction, ...], int], Fraction] = {}
+        # (card layout, counters used) -> device index on the card -> its loss (``losses``)
+        self._loss: dict[tuple[int, tuple[Fraction, ...]], dict[int, Fraction]] = {}
         self._reps: list[tuple[tuple[tuple[CounterKey, float], ...], tuple[InventoryDevice, ...]]] | None = (
             None
         )
         self._placeable: dict[tuple[int, tuple[Fraction, ...]], tuple[int, ...]] = {}
         # node index -> (stamp, ``node_key``): see ``node_order``
         self._node_keys: dict[int, tuple[tuple[object, ...], tuple[int, int, float, int]]] = {}
+        self._scoped: list[bool] | None = None  # per node: ``Inventory.node_scoped`` (fixed)
+        # node name -> (stamp, per card its counters used and losses, per candidate list (by id)
+        # the list and its order): see ``device_order``
+        self._orders: dict[
+            str,
+            tuple[
+                tuple[object, ...],
+                dict[SetKey, tuple[tuple[Fraction, ...], dict[int, Fraction]]],
+                dict[int, tuple[tuple[object, ...], tuple[object, ...]]],
+            ],
+        ] = {}
         self._build()
 
     # ---- structure (once per inventory) -----------------------------------------------------
@@ -133,23 +160,35 @@ class Scorer:
                 members.setdefault(next(iter(sets)), []).append(dev)
             elif sets:  # a device over several counter sets: not ranked by a card
                 self._card_of[dev.key] = None
+        by_set: dict[SetKey, list[CounterKey]] = {}
+        for ck in inv.counters:
+            by_set.setdefault(ck[:3], []).append(ck)
+        # per layout: its representative counter's index and its devices' weights (both functions
+        # of the layout alone: computed once per layout; verify mode computes them per card again)
+        derived: dict[int, tuple[int, tuple[Fraction, ...]]] = {}
         for sk, devs in members.items():
-            counters = tuple(sorted(ck for ck in inv.counters if ck[:3] == sk))
+            counters = tuple(sorted(by_set.get(sk, ())))
             if not counters:
                 continue
-            idx = {ck: j for j, ck in enumerate(counters)}
-            totals = tuple(inv.counters[ck] for ck in counters)
-            uses = tuple(tuple(sorted((idx[ck], a) for ck, a in d.consumes if ck in idx)) for d in devs)
-            common = set(range(len(counters)))
-            for row in uses:
-                common &= {j for j, _ in row}
-            rep = counters[min(common)] if common else counters[0]
-            weights = tuple(
-                (sum((a / totals[j] for j, a in row if totals[j]), _ZERO) / len(counters)) ** 2
-                for row in uses
+            # whole amounts as ints (as ``_used``): the same values, cheaper to add, compare and hash
+            totals = tuple(_whole(inv.counters[ck]) for ck in counters)
+            # each counter's index by its name (every counter a member device consumes is of this
+            # set, and a name is cheaper to hash than a counter key)
+            at = {ck[3]: j for j, ck in enumerate(counters)}
+            uses = tuple(
+                tuple(sorted((j, _whole(a)) for ck, a in d.consumes if (j := at.get(ck[3])) is not None))
+                for d in devs
             )
             shape = (tuple(ck[3] for ck in counters), totals, uses)
             layout = self._layouts.setdefault(shape, len(self._layouts))
+            hit = derived.get(layout)
+            if hit is None or self.verify:
+                got = _rep_and_weights(totals, uses)
+                if hit is not None and hit != got:
+                    raise VerifyError("Scorer._build (per layout)", hit, got, f"counter set {'/'.join(sk)}")
+                hit = derived[layout] = got
+            rep = counters[hit[0]]
+            weights = hit[1]
             card = _Card(
                 sk, counters, totals, rep, float(inv.counters[rep]), tuple(devs), uses, weights, layout
             )
@@ -249,17 +288,16 @@ class Scorer:
         idx = range(len(st.nodes)) if nodes is None else nodes
         kept = self._node_keys
         keys: dict[int, tuple[int, int, float, int]] = {}
+        scoped = self._scoped
+        if scoped is None:
+            scoped = self._scoped = [st.inventory.node_scoped(n) for n in st.nodes]
+        names = st.node_names
+        changes = usage.node_changes
         for i in idx:
-            node = st.nodes[i]
-            if not st.inventory.node_scoped(node):
+            if not scoped[i]:
                 keys[i] = self.node_key(i, usage)
                 continue
-            stamp = (
-                usage.token,
-                usage.node_changes.get(node.name, 0),
-                usage.loose_change,
-                st.used[i]["pods"],
-            )
+            stamp = (usage.token, changes.get(names[i], 0), usage.loose_change, st.used[i]["pods"])
             hit = kept.get(i)
             if hit is not None and hit[0] == stamp:
                 key = hit[1]
@@ -268,7 +306,7 @@ class Scorer:
                         "Scorer.node_order (kept node keys)",
                         key,
                         self.node_key(i, usage),
-                        f"node {node.name}",
+                        f"node {names[i]}",
                     )
             else:
                 key = self.node_key(i, usage)
@@ -277,25 +315,76 @@ class Scorer:
         return tuple(sorted(idx, key=keys.__getitem__))
 
     # ---- device order ------------------------------------------------------------------------
-    def loss(self, card: _Card, used: tuple[Fraction, ...], k: int) -> Fraction:
-        key = (card.layout, used, k)
-        hit = self._loss.get(key)
+    def losses(self, card: _Card, used: tuple[Fraction, ...]) -> dict[int, Fraction]:
+        """The memo of the losses on cards of ``card``'s layout with ``used`` taken (device index ->
+        loss, filled by ``loss``): one lookup per card and counter state, not per candidate."""
+        key = (card.layout, used)
+        memo = self._loss.get(key)
+        if memo is None:
+            if len(self._loss) >= 50_000:
+                self._loss.clear()
+            memo = self._loss[key] = {}
+        return memo
+
+    def loss(
+        self, card: _Card, used: tuple[Fraction, ...], k: int, memo: dict[int, Fraction] | None = None
+    ) -> Fraction:
+        """``card_loss`` of device k of ``card`` with ``used`` taken, memoised per (layout, used, k)
+        (``memo``: ``losses(card, used)``, when the caller has it); verify mode computes it again."""
+        if memo is None:
+            memo = self.losses(card, used)
+        hit = memo.get(k)
         if hit is None or self.verify:
             got = card_loss(card.totals, used, card.uses, card.weights, k)
             if hit is not None and hit != got:
                 raise VerifyError("Scorer.loss (memo)", hit, got, f"counter set {'/'.join(card.key)}")
-            if len(self._loss) >= 200_000:
-                self._loss.clear()
-            hit = self._loss[key] = got
+            hit = memo[k] = got
         return hit
 
     def device_order(self, cands: tuple[object, ...], node: Node | None, usage: Usage) -> tuple[object, ...]:
         """``Allocator.allocate_on``'s ``order``: the same candidates, least loss first (devices of
         partitionable cards), then devices without counters by their PCIe root's taken devices (most
-        first), each in inventory order among equals."""
+        first), each in inventory order among equals.
+
+        On a node that reaches only its own devices (``Inventory.node_scoped``) the order is kept
+        per candidate list (by identity), and each card's counters used, while the node's devices
+        stay as they were (a stamp of the usage and the node's ``Usage.node_changes``: nothing else
+        changes what the order reads); verify mode orders again and compares."""
         if len(cands) < 2:
             return cands
-        used_of: dict[SetKey, tuple[Fraction, ...]] = {}
+        if node is None or not self.state.inventory.node_scoped(node):
+            return self._device_order(cands, node, usage, {})
+        stamp = (usage.token, usage.node_changes.get(node.name, 0), usage.loose_change)
+        kept = self._orders.get(node.name)
+        if kept is None or kept[0] != stamp:
+            kept = self._orders[node.name] = (stamp, {}, {})
+        orders = kept[2]
+        hit = orders.get(id(cands))
+        if hit is not None and hit[0] is cands:
+            if self.verify:
+                want = self._device_order(cands, node, usage, {})
+                if not _same(hit[1], want):
+                    raise VerifyError(
+                        "Scorer.device_order (kept per node)",
+                        _names(hit[1]),
+                        _names(want),
+                        f"node {node.name}",
+                    )
+            return hit[1]
+        got = self._device_order(cands, node, usage, kept[1])
+        orders[id(cands)] = (cands, got)
+        return got
+
+    def _device_order(
+        self,
+        cands: tuple[object, ...],
+        node: Node | None,
+        usage: Usage,
+        used_of: dict[SetKey, tuple[tuple[Fraction, ...], dict[int, Fraction]]],
+    ) -> tuple[object, ...]:
+        """``device_order``'s general computation; ``used_of``: per card its counters used (and
+        their ``losses``) in ``usage``, filled here (kept per node by the caller; verify mode reads
+        them again)."""
         counters = usage.counters
         taken = usage.devices
         root_taken: dict[object, int] = {}
@@ -305,10 +394,19 @@ class Scorer:
             hit = self._card_of.get(dev.key)
             if hit is not None:
                 card, k = hit
-                used = used_of.get(card.key)
-                if used is None:
-                    used = used_of[card.key] = _used(counters, card.counters)
-                keyed.append(((0, self.loss(card, used, k)), pos, cand))
+                cs = used_of.get(card.key)
+                if cs is None or self.verify:
+                    used = _used(counters, card.counters)
+                    if cs is None:
+                        cs = used_of[card.key] = (used, self.losses(card, used))
+                    elif cs[0] != used:
+                        raise VerifyError(
+                            "Scorer.device_order (card counters kept per node)",
+                            cs[0],
+                            used,
+                            f"counter set {'/'.join(card.key)}",
+                        )
+                keyed.append(((0, self.loss(card, cs[0], k, cs[1])), pos, cand))
                 continue
             root = dev.attributes.get(PCIE_ROOT)
             if root is None:
@@ -324,6 +422,19 @@ class Scorer:
             keyed.append(((1, -n), pos, cand))
         keyed.sort(key=lambda t: (t[0], t[1]))
         return tuple(c for _, _, c in keyed)
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _names(cands: Sequence[object]) -> list[str]:
+    return [c.dev.name for c in cands]  # type: ignore[attr-defined]
+
+
+def _whole(v: Fraction) -> Fraction:
+    """``v``, an int when it is whole (equal, cheaper to add, compare and hash)."""
+    return v.numerator if v.denominator == 1 else v  # type: ignore[return-value]
 
 
 def _used(counters: Mapping[CounterKey, Fraction], keys: Sequence[CounterKey]) -> tuple[Fraction, ...]:

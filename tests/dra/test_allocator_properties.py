@@ -419,6 +419,58 @@ def test_greedy_path_is_the_general_search(
     assert outs[0] == outs[1] == outs[2]
 
 
+class _AlwaysOrdered(Allocator):
+    """The allocator without the ``_none_placeable`` short cut: every ordered search orders its
+    candidates and searches."""
+
+    def _none_placeable(self, *args: object) -> bool:
+        return False
+
+
+def _reversed(cands: tuple[object, ...], node: object, usage: object) -> tuple[object, ...]:
+    return tuple(reversed(cands))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    devs=devs_st,
+    total=st.integers(0, 6),
+    claims=st.lists(claim_st, min_size=1, max_size=2),
+    max_steps=st.sampled_from([1, 2, 3, 5, 8, 200_000]),
+)
+def test_no_placeable_device_is_the_ordered_search(
+    devs: list[Dev], total: int, claims: list[Claim], max_steps: int
+) -> None:
+    """Under an order (a placement score's), ``allocate_on`` answers a request none of whose devices
+    can be taken without ordering them (``_none_placeable``): exactly as the ordered search (the same
+    devices or the same miss and explanation, the same usage and failure memo, the same step-bound
+    hits, small bounds included), and so in verify mode (which searches again where it skips)."""
+    slices, in_use = world(devs, total)
+    outs = []
+    for cls, verify in ((Allocator, False), (_AlwaysOrdered, False), (Allocator, True)):
+        inv = Inventory(slices)
+        alloc = cls(inv, [CLASS], cache=SelectorCache(COMPILER), max_steps=max_steps, verify=verify)
+        usage = inv.usage(in_use)
+        prepared = alloc.prepare(to_claims(claims))
+        got = alloc.allocate_on(prepared, NODE, usage, explain=True, order=_reversed)
+        if isinstance(got, tuple):
+            answer: object = [[(p.request, p.device.key) for p in ca.picks] for ca in got]
+        else:
+            assert got is not None
+            answer = (got.bound_hit, got.claim, got.request, got.detail)
+        shapes = tuple(pc.shape_id for pc in prepared)
+        outs.append(
+            (
+                answer,
+                dict(usage.devices),
+                dict(usage.counters),
+                usage.epoch,
+                alloc.known_misfit(shapes, NODE, usage),
+            )
+        )
+    assert outs[0] == outs[1] == outs[2]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(devs=all_devs_st, total=st.integers(0, 6), claims=st.lists(all_claim_st, min_size=1, max_size=2))
 def test_devices_in_class_counted_once_per_node(devs: list[Dev], total: int, claims: list[Claim]) -> None:

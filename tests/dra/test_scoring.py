@@ -182,7 +182,7 @@ def test_card_loss_memo_is_verified() -> None:
     k = next(j for j, d in enumerate(card.devices) if d.name == "gpu-0-mig-1g-18gb-0")
     want = card_loss(card.totals, used, card.uses, card.weights, k)
     assert sc.loss(card, used, k) == want
-    sc._loss[(card.layout, used, k)] = want + 1  # a wrong memo entry is caught in verify mode
+    sc._loss[(card.layout, used)][k] = want + 1  # a wrong memo entry is caught in verify mode
     with pytest.raises(VerifyError, match=r"Scorer\.loss"):
         sc.loss(card, used, k)
 
@@ -325,7 +325,10 @@ def test_memos_across_releases_on_other_nodes(
 ) -> None:
     """The allocator's failure memo, kept while no device of the node is released (releases on other
     nodes keep it: ``Usage.node_epochs``), and the scorer's node keys, kept while the node's devices
-    and pods stay as they were (``Usage.node_changes``): placements and releases over up to three nodes,
+    and pods stay as they were (``Usage.node_changes``), as are its device orders and cards' counters
+    used (``Scorer.device_order``), and the scored search's skip of nodes the failure memo rules out
+    (``Allocator.known_misfit``) and of ordering a request none of whose devices can be taken
+    (``Allocator._none_placeable``): placements and releases over up to three nodes,
     in verify mode (each kept answer computed again, a difference raises) and without it; both
     states place every pod on the same devices."""
     nodes, slices = cluster(n_nodes, 2)
@@ -348,3 +351,66 @@ def test_memos_across_releases_on_other_nodes(
                 out.append(("freed", picks_of(gone)))
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+def _cards_node(cards: list[tuple[int, list[list[int]]]]) -> ClusterState:
+    """One node whose cards (counter sets ``c<k>`` of counters ``a`` and ``b``) have the given total
+    of each counter and devices consuming the given amounts of ``a`` and ``b`` (0: not at all)."""
+    sets = [
+        {"name": f"c{k}", "counters": {"a": {"value": str(total)}, "b": {"value": str(total)}}}
+        for k, (total, _) in enumerate(cards)
+    ]
+    devs = []
+    for k, (_, rows) in enumerate(cards):
+        for d, amounts in enumerate(rows):
+            used = {n: {"value": str(v)} for n, v in zip("ab", amounts, strict=True) if v}
+            devs.append(
+                {"name": f"c{k}-d{d}", "consumesCounters": [{"counterSet": f"c{k}", "counters": used}]}
+            )
+    sl = ResourceSlice.model_validate(
+        {
+            "metadata": {"name": "n-cards"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+                "nodeName": "n",
+                "sharedCounters": sets,
+                "devices": devs,
+            },
+        }
+    )
+    n = Node.model_validate(
+        {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "8", "pods": "10"}}}
+    )
+    return ClusterState([n], [sl], CLASSES, templates=TEMPLATES)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cards=st.lists(
+        st.tuples(
+            st.integers(1, 4),
+            st.lists(st.tuples(st.integers(1, 4), st.integers(0, 4)), min_size=1, max_size=3),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_card_structure_is_computed_once_per_layout(cards: list[tuple[int, list[tuple[int, int]]]]) -> None:
+    """``Scorer._build`` derives a card's representative counter and weights once per layout (its
+    counters' names and totals and its devices' consumption): each card's are what its own totals
+    and consumption give, with verify mode on (it derives every card's again) and off."""
+    st_ = _cards_node([(total, [[min(a, total) for a in row] for row in rows]) for total, rows in cards])
+    for verify in (False, True):
+        sc = Scorer(st_, verify=verify)
+        assert len(sc._cards) == len(cards)
+        for card in sc._cards.values():
+            common = set(range(len(card.totals)))
+            for row in card.uses:
+                common &= {j for j, _ in row}
+            assert card.rep == card.counters[min(common) if common else 0]
+            want = tuple(
+                (sum((Fraction(a, card.totals[j]) for j, a in row), Fraction(0)) / len(card.totals)) ** 2
+                for row in card.uses
+            )
+            assert card.weights == want
