@@ -90,26 +90,39 @@ class ReasonChanges:
         before = dict(last) if self.verify else None
         groups: dict[str, tuple[Sequence[WorkloadInfo], PendingReason]] = {}
         for ws, one, pr in pending_groups(pending):
-            todo: Sequence[WorkloadInfo] | None = ws
-            sig: str | None = None
-            if ws is not None:
-                sig = ws[0].fit_signature
-                prev = self._groups.get(sig)
-                groups[sig] = (ws, pr)
-                if prev is not None and (prev[1] is pr or prev[1] == pr):
-                    pws = prev[0]
-                    head = ws[0]
-                    j = next((i for i in range(min(len(pws), self._SHIFT)) if pws[i] is head), None)
-                    if j is not None:
-                        n = min(len(pws) - j, len(ws))
-                        todo = ws[_agree(pws, j, ws, n) :]
-            keys: list[str] = list(map(_key, todo)) if todo is not None else [one] if one is not None else []
+            if ws is None:
+                # a single workload's reason (most entries are): compared on its own
+                if one is None:
+                    continue
+                was = last.get(one)
+                if was is not pr and (was is None or was != pr) and one in present:
+                    changed.append((one, pr))
+                    if pr.reason == "Preempting":
+                        self.nominated.add(one)
+                    else:
+                        self.nominated.discard(one)
+                last[one] = pr
+                if run_of:
+                    run_of.pop(one, None)
+                continue
+            todo: Sequence[WorkloadInfo] = ws
+            head = ws[0]
+            sig = head.fit_signature
+            prev = self._groups.get(sig)
+            groups[sig] = (ws, pr)
+            if prev is not None and (prev[1] is pr or prev[1] == pr):
+                pws = prev[0]
+                if pws[0] is head:  # no head of the run left it since (most runs)
+                    j: int | None = 0
+                else:
+                    j = next((i for i in range(1, min(len(pws), self._SHIFT)) if pws[i] is head), None)
+                if j is not None:
+                    n = min(len(pws) - j, len(ws))
+                    todo = ws[_agree(pws, j, ws, n) :]
+            keys: list[str] = list(map(_key, todo))
             if not keys:
                 continue
-            if sig is not None:
-                run_of.update(dict.fromkeys(keys, sig))
-            elif run_of:
-                run_of.pop(keys[0], None)
+            run_of.update(dict.fromkeys(keys, sig))
             lasts = list(map(last.get, keys))
             distinct = dict(zip(map(id, lasts), lasts, strict=True))
             other = {i for i, x in distinct.items() if x is not pr and (x is None or x != pr)}
