@@ -96,11 +96,7 @@ class ReasonChanges:
                     continue
                 was = last.get(one)
                 if was is not pr and (was is None or was != pr) and one in present:
-                    changed.append((one, pr))
-                    if pr.reason == "Preempting":
-                        self.nominated.add(one)
-                    else:
-                        self.nominated.discard(one)
+                    self._report(changed, one, pr)
                 last[one] = pr
                 if run_of:
                     run_of.pop(one, None)
@@ -129,17 +125,21 @@ class ReasonChanges:
             if other:
                 for key, was in zip(keys, lasts, strict=True):
                     if id(was) in other and key in present:
-                        changed.append((key, pr))
-                        if pr.reason == "Preempting":
-                            self.nominated.add(key)
-                        else:
-                            self.nominated.discard(key)
+                        self._report(changed, key, pr)
             last.update(dict.fromkeys(keys, pr))
         self._groups = groups
         changed.sort(key=itemgetter(0))
         if before is not None:
             self._check(before, pending, present, changed)
         return changed
+
+    def _report(self, changed: list[tuple[str, PendingReason]], key: str, pr: PendingReason) -> None:
+        """``key``'s reason changed to ``pr``: reported, and nominated while it is Preempting."""
+        changed.append((key, pr))
+        if pr.reason == "Preempting":
+            self.nominated.add(key)
+        else:
+            self.nominated.discard(key)
 
     def _check(
         self,
