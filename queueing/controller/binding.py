@@ -51,7 +51,6 @@ from queueing.dra.binding import (
     describe_devices,
     device_results,
 )
-from queueing.dra.verify import VerifyError
 from queueing.faults import fault_point
 from queueing.integrations.base import PodSetStart, SuspendableJob
 from queueing.kube.client import (
@@ -79,7 +78,7 @@ class PlanBinding(ControllerBase):
             return set()
         nodes: set[str] = set()
         # one pass over the records (asked at every release: going through the views, a lookup per
-        # field and admission, was most of it); verify mode goes through the views and compares
+        # field and admission, was most of it)
         for rec in self.records.by_uid.values():
             adm = rec.admission
             if adm is None or rec.uid == but or rec.verified is adm:
@@ -87,17 +86,6 @@ class PlanBinding(ControllerBase):
             if mode == "Auto" and (rec.binding is None or not rec.binding[1].node_only):
                 continue  # bound Full, or not decided yet (the decision sees the cluster as it is then)
             nodes |= ev.planned_nodes(adm)
-        if self.verify:
-            general: set[str] = set()
-            for uid, adm in self.admissions.items():
-                if uid == but or self._verified.get(uid) is adm:
-                    continue
-                hit = self._bindings.get(uid)
-                if mode == "Auto" and (hit is None or not hit[1].node_only):
-                    continue
-                general |= ev.planned_nodes(adm)
-            if nodes != general:
-                raise VerifyError("PlanBinding._awaiting_allocation", sorted(nodes), sorted(general))
         return nodes
 
     def _hold_released(self, uid: str) -> None:
