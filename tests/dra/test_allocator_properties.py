@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from queueing.api.core import Node
 from queueing.api.resource import ResourceClaim, ResourceSlice
-from queueing.dra.allocator import Allocator, SelectorCache
+from queueing.dra.allocator import Allocator, SelectorCache, Shortfall
 from queueing.dra.cel import SelectorCompiler
 from queueing.dra.errors import AllocationError
 from queueing.dra.inventory import Inventory
@@ -383,6 +383,14 @@ def test_all_mode_taints_and_unusable_pools_as_upstream(
     check(devs, total, claims, q)
 
 
+def _answer(got: object) -> object:
+    """``allocate_on``'s answer as a value: the devices per claim, or the miss with its explanation."""
+    if isinstance(got, tuple):
+        return [[(p.request, p.device.key) for p in ca.picks] for ca in got]
+    assert isinstance(got, Shortfall)
+    return (got.bound_hit, got.claim, got.request, got.detail)
+
+
 class _GeneralOnly(Allocator):
     """The allocator without its greedy first path: every search through ``_solve``."""
 
@@ -410,11 +418,7 @@ def test_greedy_path_is_the_general_search(
         alloc = cls(inv, [CLASS], cache=SelectorCache(COMPILER), max_steps=max_steps, verify=verify)
         usage = inv.usage(in_use)
         got = alloc.allocate_on(alloc.prepare(to_claims(claims)), NODE, usage, explain=True)
-        if isinstance(got, tuple):
-            answer: object = [[(p.request, p.device.key) for p in ca.picks] for ca in got]
-        else:
-            assert got is not None
-            answer = (got.bound_hit, got.claim, got.request, got.detail)
+        answer = _answer(got)
         outs.append((answer, dict(usage.devices), dict(usage.counters), usage.epoch))
     assert outs[0] == outs[1] == outs[2]
 
@@ -453,11 +457,7 @@ def test_no_placeable_device_is_the_ordered_search(
         usage = inv.usage(in_use)
         prepared = alloc.prepare(to_claims(claims))
         got = alloc.allocate_on(prepared, NODE, usage, explain=True, order=_reversed)
-        if isinstance(got, tuple):
-            answer: object = [[(p.request, p.device.key) for p in ca.picks] for ca in got]
-        else:
-            assert got is not None
-            answer = (got.bound_hit, got.claim, got.request, got.detail)
+        answer = _answer(got)
         shapes = tuple(pc.shape_id for pc in prepared)
         outs.append(
             (

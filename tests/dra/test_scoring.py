@@ -275,24 +275,10 @@ def test_plain_devices_prefer_the_used_pcie_root() -> None:
         {"name": f"gpu-{i}", "attributes": {"resource.kubernetes.io/pcieRoot": {"string": root}}}
         for i, root in enumerate(["a", "b", "a", "b"])
     ]
-    sl = ResourceSlice.model_validate(
-        {
-            "metadata": {"name": "n-gpus"},
-            "spec": {
-                "driver": "gpu.example.com",
-                "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
-                "nodeName": "n",
-                "devices": devs,
-            },
-        }
-    )
     cls = DeviceClass.model_validate(
         {"metadata": {"name": "gpu.nvidia.com"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}
     )
-    n = Node.model_validate(
-        {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "8", "pods": "10"}}}
-    )
-    st_ = ClusterState([n], [sl], [cls], templates=TEMPLATES, verify=True)
+    st_ = _one_node("n-gpus", {"devices": devs}, [cls], verify=True)
     sc = Scorer(st_)
     r = place_scored([pod("a", "gpu1")], st_, LEAST_FRAGMENTATION, scorer=sc)
     assert picks_of(r) == [["gpu-0"]] and r.transaction is not None  # equally free: inventory order
@@ -367,22 +353,29 @@ def _cards_node(cards: list[tuple[int, list[list[int]]]]) -> ClusterState:
             devs.append(
                 {"name": f"c{k}-d{d}", "consumesCounters": [{"counterSet": f"c{k}", "counters": used}]}
             )
+    return _one_node("n-cards", {"sharedCounters": sets, "devices": devs}, CLASSES)
+
+
+def _one_node(
+    slice_name: str, devices: dict[str, object], classes: list[DeviceClass], verify: bool = False
+) -> ClusterState:
+    """A cluster of one node ``n`` whose pool ``n`` is one ResourceSlice with these devices (and
+    shared counters)."""
     sl = ResourceSlice.model_validate(
         {
-            "metadata": {"name": "n-cards"},
+            "metadata": {"name": slice_name},
             "spec": {
                 "driver": "gpu.example.com",
                 "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
                 "nodeName": "n",
-                "sharedCounters": sets,
-                "devices": devs,
+                **devices,
             },
         }
     )
     n = Node.model_validate(
         {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "8", "pods": "10"}}}
     )
-    return ClusterState([n], [sl], CLASSES, templates=TEMPLATES)
+    return ClusterState([n], [sl], classes, templates=TEMPLATES, verify=verify)
 
 
 @settings(max_examples=60, deadline=None)
