@@ -23,6 +23,7 @@ from queueing.api.quantity import Quantity
 from queueing.api.validation import DnsLabel, NonNegInt32
 
 __all__ = [
+    "FINISHED_POD_PHASES",
     "Affinity",
     "Container",
     "ContainerResourceClaim",
@@ -259,6 +260,10 @@ class PodCondition(KubeModel):
     reason: str | None = None
     message: str | None = None
     last_transition_time: str | None = None
+
+
+# the phases of a pod that has ended: it takes no node resources and holds no claim any more
+FINISHED_POD_PHASES = ("Succeeded", "Failed")
 
 
 class PodStatus(KubeModel):

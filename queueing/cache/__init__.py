@@ -5,6 +5,6 @@ See :mod:`queueing.cache.cluster` and docs/architecture.md.
 """
 
 from queueing.cache.cluster import CacheMismatch, ClusterCache, differences
-from queueing.cache.pods import light_pod
+from queueing.cache.pods import counted_pods_selectors, light_pod
 
-__all__ = ["CacheMismatch", "ClusterCache", "differences", "light_pod"]
+__all__ = ["CacheMismatch", "ClusterCache", "counted_pods_selectors", "differences", "light_pod"]

@@ -34,7 +34,7 @@ import yaml
 from pydantic import ValidationError
 
 from queueing.api.base import KubeObject
-from queueing.api.core import Job, Node, Pod
+from queueing.api.core import FINISHED_POD_PHASES, Job, Node, Pod
 from queueing.api.registry import format_errors
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from queueing.manifests import ManifestError, read_documents
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     all_pods = [o for o in objects if isinstance(o, Pod)]
     for job in (o for o in objects if isinstance(o, Job)):
         all_pods.extend(_job_pods(job))
-    to_place = [p for p in all_pods if not p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")]
+    to_place = [p for p in all_pods if not p.spec.node_name and p.status.phase not in FINISHED_POD_PHASES]
     if to_place and not any(_uses_devices(p) for p in to_place):
         for p in to_place:  # nothing for the allocator to decide: the claim-only contract applies
             print(

@@ -52,7 +52,7 @@ from queueing.api.v1beta1 import (
     Workload,
     WorkloadPriorityClass,
 )
-from queueing.cache import ClusterCache, light_pod
+from queueing.cache import ClusterCache, counted_pods_selectors, light_pod
 from queueing.cache.pod_owners import PodOwners
 from queueing.cache.reasons import ReasonChanges
 from queueing.cache.workloads import PendingWorkloads
@@ -266,10 +266,18 @@ class ControllerBase:
         self.templates: Informer[ResourceClaimTemplate] = inf(RESOURCE_CLAIM_TEMPLATES, ResourceClaimTemplate)
         self.priority_classes: Informer[PriorityClass] = inf(PRIORITY_CLASSES, PriorityClass)
         self.namespaces: Informer[Namespace] = inf(NAMESPACES, Namespace)
-        # every pod of the cluster, in the cluster cache's light projection (the pods queueing does
-        # not manage take node resources too: DaemonSets, system pods, other teams' pods)
+        # the pods queueing does not manage that take node resources (DaemonSets, system pods, other
+        # teams' pods), in the cluster cache's light projection: the API server sends only those (not
+        # the managed pods, which the plans account for, nor finished pods; see counted_pods_selectors)
         managed = (WORKLOAD_UID_LABEL, POD_GROUP_LABEL)
-        self.all_pods: Informer[Pod] = inf(PODS, Pod, transform=functools.partial(light_pod, labels=managed))
+        counted_labels, counted_fields = counted_pods_selectors(managed)
+        self.all_pods: Informer[Pod] = inf(
+            PODS,
+            Pod,
+            label_selector=counted_labels,
+            field_selector=counted_fields,
+            transform=functools.partial(light_pod, labels=managed),
+        )
         # the cluster as placement sees it, kept in place by the informers' deltas (never rebuilt
         # per sync): see queueing/cache
         self.cache = ClusterCache(selectors=self._selectors, managed_labels=managed, verify=self.verify)

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from queueing.api.core import Pod
+from queueing.api.core import FINISHED_POD_PHASES, Pod
 from queueing.api.resource import (
     ResourceClaim,
 )
@@ -316,7 +316,7 @@ class PlanBinding(ControllerBase):
         live = [
             p
             for p in pods
-            if not p.metadata.deletion_timestamp and (p.status.phase or "") not in ("Succeeded", "Failed")
+            if not p.metadata.deletion_timestamp and (p.status.phase or "") not in FINISHED_POD_PHASES
         ]
         used: dict[str, set[int]] = {}
         for p in live:

@@ -29,7 +29,7 @@ from fractions import Fraction
 from typing import Literal
 
 from queueing.api.base import ObjectMeta
-from queueing.api.core import Node, Pod, PodResourceClaim, PodSpec
+from queueing.api.core import FINISHED_POD_PHASES, Node, Pod, PodResourceClaim, PodSpec
 from queueing.api.quantity import format_amount
 from queueing.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from queueing.dra.allocator import (
@@ -284,7 +284,7 @@ class ClusterState:
     def _charge_pod(self, p: Pod, sign: int) -> None:
         """Add (``sign`` 1) or take back (-1) what a running pod takes from its node's allocatable."""
         i = self.node_index.get(p.spec.node_name or "")
-        if i is None or p.status.phase in ("Succeeded", "Failed"):
+        if i is None or p.status.phase in FINISHED_POD_PHASES:
             return
         cap = self.allocatable[i] or {}
         used = self.used[i]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from queueing.api.core import Pod
+from queueing.api.core import FINISHED_POD_PHASES, Pod
 from queueing.api.v1beta1 import (
     GATE_ADMISSION,
     POD_GROUP_LABEL,
@@ -24,7 +24,7 @@ def group_total(pod: Pod) -> int:
 
 
 def ended(pod: Pod) -> bool:
-    return (pod.status.phase or "") in ("Succeeded", "Failed")
+    return (pod.status.phase or "") in FINISHED_POD_PHASES
 
 
 class PodGroup:

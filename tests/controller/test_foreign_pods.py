@@ -87,3 +87,52 @@ async def test_a_daemonset_pod_sends_a_job_to_another_node(
     assert cache.claims == {c.key: c for c in ctl.claims.list()}
     assert cache.nodes == {n.key: n for n in ctl.nodes.list()}
     assert differences(cache.placer(), cache.from_scratch()) == []
+
+
+def set_phase(emu: Emulator, namespace: str, name: str, phase: str) -> None:
+    rt = emu.store.resource("pods")
+    obj = emu.store.get(rt, namespace, name)
+    obj["status"] = {**(obj.get("status") or {}), "phase": phase}
+    emu.store.update(rt, namespace, name, obj, subresource="status")
+
+
+async def test_the_pods_watch_sends_only_what_takes_a_node(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """The all-pods informer is sent neither queueing's own pods nor finished ones (the API server
+    filters them), and a foreign pod that finishes leaves it, giving its node's CPUs back: a Job that
+    fits only beside nothing waits while the agent runs and is admitted to its node once it ended."""
+    first, second = NODES
+    cover_cpu(emu)
+    for n in NODES:
+        set_cpu(emu, n, "32")
+    await admin.create(PODS, daemon_pod(first, "30"))
+    done = daemon_pod(second, "30")
+    done["metadata"]["name"] = "finished-agent"
+    await admin.create(PODS, done)
+    set_phase(emu, "default", "finished-agent", "Succeeded")  # a finished pod takes nothing
+    ctl = await harness.start()
+    await eventually(lambda: ctl.cache.pods.get(f"default/agent-{first}"), "the cache sees the agent pod")
+    assert ctl.all_pods.get_key("default/finished-agent") is None
+    await admin.create(JOBS, cpu_job("big", "31"))
+    assert await admitted_node(emu, "big") == second
+    # the Job's pods run (the stand-in Job controller and scheduler): the controller's pods informer
+    # has them, the all-pods informer does not
+    await eventually(lambda: ctl.pods.list(), "the Job's pod is seen")
+    assert not [p for p in ctl.all_pods.list() if p.name.startswith("big")]
+    await admin.create(JOBS, cpu_job("next", "31"))
+    await eventually(
+        lambda: (
+            (w := workload(emu, "job-next"))
+            and any(
+                c["type"] == "QuotaReserved" and c["status"] == "False"
+                for c in (w.get("status") or {}).get("conditions") or []
+            )
+        ),
+        "the second 31-CPU Job waits",
+    )
+    set_phase(emu, "default", f"agent-{first}", "Succeeded")
+    assert await admitted_node(emu, "next") == first
+    await eventually(lambda: f"default/agent-{first}" not in ctl.cache.pods, "the ended agent left the cache")
+    assert not ctl.cache.pods and not ctl.all_pods.list()
+    assert differences(ctl.cache.placer(), ctl.cache.from_scratch()) == []
