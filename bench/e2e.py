@@ -222,6 +222,15 @@ def proc_stats(pid: int) -> tuple[float, int]:
     return cpu, hwm
 
 
+def machine_cpu() -> tuple[float, float]:
+    """CPU seconds every core of the machine spent busy (user, nice, system, irq, softirq: the
+    controller, this process, PostgreSQL and anything else), and those the hypervisor took from it
+    (steal: a slow hour of the host), since boot, from /proc/stat."""
+    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / ticks, v[7] / ticks
+
+
 async def scrape(port: int) -> dict[str, float]:
     """Sums of the controller's metric samples by metric name (labels dropped)."""
     out: dict[str, float] = {}
@@ -309,6 +318,7 @@ async def run(args: argparse.Namespace) -> int:
             writes0 = emu.writes_by(CONTROLLER_USER).snapshot()
             jobs_rt = emu.store.resource("jobs", "batch")
             t0, bench_cpu0 = time.perf_counter(), time.process_time()
+            busy0, steal0 = machine_cpu()
             rec = Recorder(t0, units, size)
             watcher = asyncio.create_task(watch_store(emu, "jobs", "batch", rec.on_job, str(emu.store.rv)))
             quota = QuotaUsage()
@@ -338,6 +348,7 @@ async def run(args: argparse.Namespace) -> int:
                     await asyncio.sleep(0.1)
                 wall = time.perf_counter() - t0
                 bench_cpu = time.process_time() - bench_cpu0
+                busy1, steal1 = machine_cpu()
             watcher.cancel()
             cq_watcher.cancel()
             cpu1, rss = proc_stats(proc.pid)
@@ -383,6 +394,14 @@ async def run(args: argparse.Namespace) -> int:
     print("  per admission: " + ", ".join(f"{what} {n / per:.2f}" for n, what in by_request))
     print(f"controller: {cpu1 - cpu0:.1f}s CPU during the run, peak RSS {rss / 2**20:.0f} MiB")
     print(f"bench process (API emulator, stand-in cluster, recorder): {bench_cpu:.1f}s CPU during the run")
+    # what an admission costs the whole machine, and so the rate its cores could reach at most
+    cores, busy = os.cpu_count() or 1, max(busy1 - busy0, 1e-6)
+    print(
+        f"machine: {busy:.1f}s CPU busy over {cores} cores ({busy / wall:.2f} cores on average), "
+        f"{steal1 - steal0:.1f}s taken by the hypervisor; per admission: controller "
+        f"{(cpu1 - cpu0) / per * 1000:.1f} ms, bench process {bench_cpu / per * 1000:.1f} ms, whole machine "
+        f"{busy / per * 1000:.1f} ms: at most {cores * per / busy:.0f} admissions/s on {cores} cores"
+    )
     print(
         f"machine: reference loop {admission.reference_loop():.3f}s (fixed pure-Python work; compares days)"
     )

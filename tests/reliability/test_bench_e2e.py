@@ -38,6 +38,14 @@ def test_e2e_bench_small(mode: str) -> None:
     )
     assert m and int(m.group(1)) > 0 and int(m.group(3)) >= 1, text
     assert re.search(r"controller: [\d.]+s CPU during the run, peak RSS \d+ MiB", text), text
+    m = re.search(
+        r"^machine: ([\d.]+)s CPU busy over (\d+) cores .*per admission: controller ([\d.]+) ms, "
+        r"bench process ([\d.]+) ms, whole machine ([\d.]+) ms: at most (\d+) admissions/s",
+        text,
+        re.M,
+    )
+    # the machine's busy time holds at least the two processes' own
+    assert m and float(m.group(5)) >= max(float(m.group(3)), float(m.group(4))), text
 
 
 def test_controller_path_bench_small() -> None:
