@@ -231,16 +231,22 @@ def machine_cpu() -> tuple[float, float]:
     return (v[0] + v[1] + v[2] + v[5] + v[6]) / ticks, v[7] / ticks
 
 
-async def scrape(port: int) -> dict[str, float]:
-    """Sums of the controller's metric samples by metric name (labels dropped)."""
+async def scrape(port: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Sums of the controller's metric samples by metric name (labels dropped), and the seconds its
+    syncs spent in each step (``queueing_sync_step_seconds_total`` by ``step``)."""
     out: dict[str, float] = {}
+    steps: dict[str, float] = {}
     async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as r:
         for line in (await r.text()).splitlines():
             if line and not line.startswith("#"):
                 name = line.split("{", 1)[0].split(" ", 1)[0]
                 with contextlib.suppress(ValueError):
-                    out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
+                    value = float(line.rsplit(" ", 1)[1])
+                    out[name] = out.get(name, 0.0) + value
+                    if name.endswith("sync_step_seconds_total") and 'step="' in line:
+                        step = line.split('step="', 1)[1].split('"', 1)[0]
+                        steps[step] = steps.get(step, 0.0) + value
+    return out, steps
 
 
 async def wait_ready(port: int, proc: asyncio.subprocess.Process, timeout: float = 60) -> None:
@@ -354,7 +360,7 @@ async def run(args: argparse.Namespace) -> int:
             cpu1, rss = proc_stats(proc.pid)
             counts = emu.writes_by(CONTROLLER_USER).since(writes0)
             writes = counts.writes()
-            metrics = await scrape(metrics_port)
+            metrics, steps = await scrape(metrics_port)
             await stop(proc)  # while the API is still there
     finally:
         if proc is not None:
@@ -390,6 +396,10 @@ async def run(args: argparse.Namespace) -> int:
         f"scheduling cycles {cycles:.0f}"
     )
     per = max(1, rec.admissions)
+    print(
+        "  sync steps (s of the controller's syncs): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
+    )
     by_request = sorted(((n, f"{v} {r}") for (v, r), n in counts.items() if v in WRITE_VERBS), reverse=True)
     print("  per admission: " + ", ".join(f"{what} {n / per:.2f}" for n, what in by_request))
     print(f"controller: {cpu1 - cpu0:.1f}s CPU during the run, peak RSS {rss / 2**20:.0f} MiB")

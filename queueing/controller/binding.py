@@ -12,6 +12,7 @@ from typing import Any
 
 from queueing.api.core import FINISHED_POD_PHASES, Pod
 from queueing.api.resource import (
+    DeviceRequestAllocationResult,
     ResourceClaim,
 )
 from queueing.api.v1beta1 import (
@@ -407,13 +408,16 @@ class PlanBinding(ControllerBase):
                 by_index.setdefault((psa.name, int(raw)), pod)
             elif len(psa.placements) == 1:
                 by_index.setdefault((psa.name, psa.placements[0].index), pod)
-        new = admission.model_copy(deep=True)
         complete = True
         differs: list[str] = []
-        for psa in new.pod_set_assignments:
-            for pl in psa.placements or []:
+        # (pod set, placement, claim) positions whose allocated devices are not the plan's, and those
+        # devices: the plan is copied only when there are any (this runs for every admission at
+        # every sync until its claims are allocated, and most checks find nothing to change)
+        allocated: list[tuple[int, int, int, list[DeviceRequestAllocationResult]]] = []
+        for si, psa in enumerate(admission.pod_set_assignments):
+            for pi, pl in enumerate(psa.placements or []):
                 bound = by_index.get((psa.name, pl.index))
-                for c in pl.claims or []:
+                for ci, c in enumerate(pl.claims or []):
                     if is_implicit_claim(c):
                         continue
                     name = c.resource_claim_name or (
@@ -430,8 +434,12 @@ class PlanBinding(ControllerBase):
                         f"ResourceClaim {claim.key} (claim {c.name} of pod {psa.name}[{pl.index}] on "
                         f"{pl.node_name}) got {describe_devices(got)}, planned {describe_devices(c.devices)}"
                     )
-                    c.devices = [allocated_device(r) for r in got]
+                    allocated.append((si, pi, ci, got))
         if differs:
+            new = admission.model_copy(deep=True)
+            for si, pi, ci, got in allocated:
+                placements = new.pod_set_assignments[si].placements or []
+                (placements[pi].claims or [])[ci].devices = [allocated_device(r) for r in got]
             new.planned_devices = new.count_planned_devices()
             uid = wl.metadata.uid or ""
             try:  # the ledger first: its plan rows (charges stay: devices of the same classes) and the
