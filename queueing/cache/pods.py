@@ -15,10 +15,10 @@ def counted_pods_selectors(managed_labels: Collection[str]) -> tuple[str, str]:
     """The label and field selectors of a watch that sends exactly the pods the cache can count: none
     that carries one of ``managed_labels`` (``ClusterCache._counted``: the plans of admitted workloads
     hold those resources) and none finished (``ClusterState._charge_pod`` counts no such pod;
-    kube-scheduler's own pod informer uses the same field
-    selector). A pod that gains such a label or finishes leaves the watch with a DELETED event, as it
-    would leave the count, so the watch holds only what can matter and a cluster's finished pods (a
-    Job's stay until the Job is deleted) and queueing's own pods are neither sent nor kept twice."""
+    kube-scheduler's own pod informer uses the same field selector). A pod that gains such a label or
+    finishes leaves the watch with a DELETED event, as it leaves the count. So a cluster's finished
+    pods (a Job's stay until the Job is deleted) are not kept, and queueing's own pods are not sent
+    and kept a second time beside the controller's pods informer."""
     labels = ",".join(f"!{k}" for k in managed_labels)
     fields = ",".join(f"status.phase!={p}" for p in FINISHED_POD_PHASES)
     return labels, fields
