@@ -22,8 +22,10 @@ over GPUs x wall), the quota usage as Kueue's runner computes its "utilisation" 
 ``status.flavorsUsage`` integrated over time, over nominal quota x the time between the first and last
 ClusterQueue event: quota held from admission to release, the figure Kueue's 55.9 % is), mean and p90 time from Job creation to admission per class, API writes per
 admitted workload, the controller's CPU seconds and peak RSS, the bench process's CPU seconds (the API emulator
-and the stand-ins: what the API side cost), the cycles it ran, and the admission
-rate. ``--fraction`` scales the number of workloads per queue. Results: docs/performance.md.
+and the stand-ins: what the API side cost), the cycles it ran and the seconds its syncs spent in each
+step, the admission rate, and the whole machine's busy CPU and the hypervisor's steal (``/proc/stat``)
+with the CPU per admission of each process and of the machine, and the admission rate each could reach
+at that cost (the machine on its cores, each interpreter on one). ``--fraction`` scales the number of workloads per queue. Results: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -410,7 +412,9 @@ async def run(args: argparse.Namespace) -> int:
         f"machine: {busy:.1f}s CPU busy over {cores} cores ({busy / wall:.2f} cores on average), "
         f"{steal1 - steal0:.1f}s taken by the hypervisor; per admission: controller "
         f"{(cpu1 - cpu0) / per * 1000:.1f} ms, bench process {bench_cpu / per * 1000:.1f} ms, whole machine "
-        f"{busy / per * 1000:.1f} ms: at most {cores * per / busy:.0f} admissions/s on {cores} cores"
+        f"{busy / per * 1000:.1f} ms: at most {cores * per / busy:.0f} admissions/s on {cores} cores, "
+        f"{per / max(cpu1 - cpu0, 1e-6):.0f}/s through the controller and {per / max(bench_cpu, 1e-6):.0f}/s "
+        "through the bench process (each one interpreter: one core at most)"
     )
     print(
         f"machine: reference loop {admission.reference_loop():.3f}s (fixed pure-Python work; compares days)"

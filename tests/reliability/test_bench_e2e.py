@@ -40,7 +40,8 @@ def test_e2e_bench_small(mode: str) -> None:
     assert re.search(r"controller: [\d.]+s CPU during the run, peak RSS \d+ MiB", text), text
     m = re.search(
         r"^machine: ([\d.]+)s CPU busy over (\d+) cores .*per admission: controller ([\d.]+) ms, "
-        r"bench process ([\d.]+) ms, whole machine ([\d.]+) ms: at most (\d+) admissions/s",
+        r"bench process ([\d.]+) ms, whole machine ([\d.]+) ms: at most (\d+) admissions/s on \d+ cores, "
+        r"(\d+)/s through the controller and (\d+)/s through the bench process",
         text,
         re.M,
     )
