@@ -1,6 +1,6 @@
 """End-to-end benchmark: Kueue's published baseline shape, in real time, through ``queueing run``.
 
-    python bench/e2e.py [--mode kueue|full] [--fraction F] [--database URL] [--timeout SECONDS]
+    python bench/e2e.py [--mode kueue|full] [--fraction F] [--database URL] [--timeout SECONDS] [--plan-binding-mode MODE]
 
 The shape is ``bench/admission.py``'s ``baseline`` (Kueue test/performance/scheduler/configs/baseline:
 5 cohorts x 6 ClusterQueues, 15,000 workloads with Kueue's sizes, priorities, arrival intervals and
@@ -311,6 +311,7 @@ async def run(args: argparse.Namespace) -> int:
                         "namespace": "queueing-system",
                         "databaseURL": url,
                         "logLevel": args.log_level,
+                        "planBindingMode": args.plan_binding_mode,
                         "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
                         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
                     }
@@ -375,7 +376,8 @@ async def run(args: argparse.Namespace) -> int:
     cycles = sum(v for k, v in metrics.items() if k.endswith("admission_attempts_total"))
     print(
         f"mode {args.mode}: {len(jobs)} Jobs (fraction {args.fraction:g}) in 30 ClusterQueues, "
-        f"75 nodes x 8 GPUs, ledger {'PostgreSQL' if url.startswith('postgresql') else url.split(':', 1)[0]}"
+        f"75 nodes x 8 GPUs, ledger {'PostgreSQL' if url.startswith('postgresql') else url.split(':', 1)[0]}, "
+        f"planBindingMode {args.plan_binding_mode}"
     )
     print(f"wall {wall:.1f}s, {len(rec.finished)}/{len(jobs)} finished; last arrival {jobs[-1][0]:.1f}s")
     print(f"device utilisation {rec.gpu_seconds / (total_gpus * wall) * 100:.1f}% of {total_gpus} GPUs")
@@ -433,6 +435,13 @@ def main() -> int:
         default=sys.executable,
         help="the interpreter that runs `queueing run` (e.g. another checkout's venv, to compare two "
         "versions of the controller on the same day)",
+    )
+    ap.add_argument(
+        "--plan-binding-mode",
+        choices=("Auto", "NodeOnly", "Full"),
+        default="Auto",
+        help="the controller's planBindingMode (in Kueue's method no pod ever confirms a binding made node "
+        "only, so Auto and NodeOnly hold released devices on such nodes until nodeOnlyConfirmTimeout)",
     )
     ap.add_argument("--log-level", default="warning", help="the controller's log level (its log is kept)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
