@@ -1,6 +1,7 @@
 """End-to-end benchmark: Kueue's published baseline shape, in real time, through ``queueing run``.
 
-    python bench/e2e.py [--mode kueue|full] [--fraction F] [--database URL] [--timeout SECONDS] [--plan-binding-mode MODE]
+    python bench/e2e.py [--mode kueue|full] [--fraction F] [--database URL] [--timeout SECONDS]
+                        [--plan-binding-mode Auto|NodeOnly|Full]
 
 The shape is ``bench/admission.py``'s ``baseline`` (Kueue test/performance/scheduler/configs/baseline:
 5 cohorts x 6 ClusterQueues, 15,000 workloads with Kueue's sizes, priorities, arrival intervals and
@@ -20,12 +21,14 @@ Modes:
 It reports wall time (first arrival to last finish), device utilisation (GPU-seconds of admitted runs
 over GPUs x wall), the quota usage as Kueue's runner computes its "utilisation" (the ClusterQueues'
 ``status.flavorsUsage`` integrated over time, over nominal quota x the time between the first and last
-ClusterQueue event: quota held from admission to release, the figure Kueue's 55.9 % is), mean and p90 time from Job creation to admission per class, API writes per
-admitted workload, the controller's CPU seconds and peak RSS, the bench process's CPU seconds (the API emulator
-and the stand-ins: what the API side cost), the cycles it ran and the seconds its syncs spent in each
-step, the admission rate, and the whole machine's busy CPU and the hypervisor's steal (``/proc/stat``)
-with the CPU per admission of each process and of the machine, and the admission rate each could reach
-at that cost (the machine on its cores, each interpreter on one). ``--fraction`` scales the number of workloads per queue. Results: docs/performance.md.
+ClusterQueue event: quota held from admission to release, the figure Kueue's 55.9 % is), mean and p90
+time from Job creation to admission per class, API writes per admitted workload, the controller's CPU
+seconds and peak RSS, the bench process's CPU seconds (the API emulator and the stand-ins: what the API
+side cost), the cycles it ran and the seconds its syncs spent in each step, the admission rate, and the
+whole machine's busy CPU and the hypervisor's steal (``/proc/stat``) with the CPU per admission of each
+process and of the machine, and the admission rate each could reach at that cost (the machine on its
+cores, each interpreter on one). ``--fraction`` scales the number of workloads per queue. Results:
+docs/performance.md.
 """
 
 from __future__ import annotations
