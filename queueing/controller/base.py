@@ -106,7 +106,7 @@ from queueing.scheduling.from_api import (
     admitted_workload,
     queued_since,
 )
-from queueing.scheduling.jobs import QUEUE_NAME_LABEL
+from queueing.scheduling.jobs import QUEUE_NAME_LABEL, WorkloadError
 from queueing.scheduling.kueue_labels import KUEUE_QUEUE_NAME_LABEL
 from queueing.scheduling.snapshot import AdmittedWorkload
 from queueing.verify import verify_from_env
@@ -318,6 +318,12 @@ class ControllerBase:
         # at most this many Jobs get writes (Workload created, suspended) per sync: the rest wait for
         # the next, so that a burst of new Jobs does not hold up admissions, starts and finishes
         self.jobs_per_sync = 256
+        # objects waiting for their Workload beyond one sync's batch, by UID: (resourceVersion, the
+        # priority classes, the Workload built for it or why it cannot have one), built once per
+        # version to order the batches by priority and used at the creation (controller/source.py)
+        self._wanted: dict[
+            str, tuple[str, tuple[dict[str, int], dict[str, int]], Workload | WorkloadError | None]
+        ] = {}
         # pending reasons to write (key -> reason as written to it, oldest first), after the cycle's
         # admissions and starts; at most this many per sync (controller/admission.py _write_reasons)
         self._reasons_todo: dict[str, PendingReason] = {}

@@ -28,8 +28,8 @@ Job starts) first and the bulk after it, bounded per sync (the next sync follows
    (``planBindingMode: Full``), and the gate is removed;
 6. the pending Workloads' reasons that changed (at most ``reasons_per_sync``, oldest first);
 7. the objects of the integrated kinds that need a write: one running without admission is
-   suspended, one without a Workload gets it (at most ``jobs_per_sync``); a new Workload joins the
-   next sync's cycle;
+   suspended, one without a Workload gets it (at most ``jobs_per_sync``, the highest priority first
+   when more wait); a new Workload joins the next sync's cycle;
 8. ClusterQueue and LocalQueue status (pending, reserving, admitted, flavors usage).
 
 Decisions about admission come from the controller's own record (``admitted``: loaded from the

@@ -27,6 +27,7 @@ from queueing.controller.binding import PlanBinding
 from queueing.controller.plan import (
     with_condition,
 )
+from queueing.dra.verify import VerifyError
 from queueing.faults import fault_point
 from queueing.integrations import BatchJob, PodGroup, SuspendableJob
 from queueing.integrations.pod_kinds import finished_without_pods, group_for, membership_of
@@ -120,6 +121,11 @@ class WorkloadSource(PlanBinding):
         if not new:  # the finishes now; the rest after the cycle
             later, todo = [o.key for o in todo], []
         elif len(todo) > self.jobs_per_sync:  # the rest in the next sync (finishes are never held back)
+            # the highest priority first, arrival order among equals: a burst of new low-priority
+            # objects must not hold a high-priority one's Workload back for several syncs (it would
+            # miss the turns its queue's quota comes free in)
+            prio = self._wanted_workloads(src, todo, wpcs, pcs)
+            todo.sort(key=lambda o: -prio[o.metadata.uid or ""])
             later = [o.key for o in todo[self.jobs_per_sync :]]
             todo = todo[: self.jobs_per_sync]
             self._wake.set()
@@ -143,7 +149,7 @@ class WorkloadSource(PlanBinding):
                 )
             if wl is None:
                 try:
-                    want = adapter.workload(wpcs, pcs)
+                    want = self._wanted_workload(adapter, obj, wpcs, pcs)
                 except WorkloadError as e:
                     await self.events.emit(adapter.object, "Warning", f"Invalid{kind}", str(e))
                     return
@@ -167,6 +173,63 @@ class WorkloadSource(PlanBinding):
         if failed:
             raise failed[0]
         return later
+
+    def _wanted_workloads(
+        self, src: KindSource, objs: list[KubeObject], wpcs: dict[str, int], pcs: dict[str, int]
+    ) -> dict[str, int]:
+        """The priority of each object's Workload (UID -> priority; 0 when it has none or its spec is
+        invalid): the one it has, else the one it would get, built once per object version (kept in
+        ``_wanted`` for its creation, see :meth:`_wanted_workload`)."""
+        accept = self.config.accept_kueue_labels
+        kept: dict[
+            str, tuple[str, tuple[dict[str, int], dict[str, int]], Workload | WorkloadError | None]
+        ] = {}
+        out: dict[str, int] = {}
+        for obj in objs:
+            uid = obj.metadata.uid or ""
+            have = self._owned_workload(uid)
+            if have is not None:
+                out[uid] = have.spec.priority or 0
+                continue
+            rv = obj.metadata.resource_version or ""
+            hit = self._wanted.get(uid)
+            if hit is not None and hit[0] == rv and hit[1] == (wpcs, pcs):
+                want = hit[2]
+            else:
+                try:
+                    want = src.integration.adapt(obj, accept).workload(wpcs, pcs)
+                except WorkloadError as e:
+                    want = e
+            kept[uid] = (rv, (wpcs, pcs), want)
+            out[uid] = (want.spec.priority or 0) if isinstance(want, Workload) else 0
+        self._wanted = kept  # only the objects still waiting for their Workload
+        return out
+
+    def _wanted_workload(
+        self, adapter: SuspendableJob, obj: KubeObject, wpcs: dict[str, int], pcs: dict[str, int]
+    ) -> Workload | None:
+        """The Workload to create for ``obj``: the one :meth:`_wanted_workloads` built for this version
+        of it with these priority classes, else built now (verify mode builds it again and compares);
+        raises ``WorkloadError`` for an invalid object."""
+        uid = obj.metadata.uid or ""
+        hit = self._wanted.pop(uid, None)
+        if hit is None or hit[0] != (obj.metadata.resource_version or "") or hit[1] != (wpcs, pcs):
+            return adapter.workload(wpcs, pcs)
+        if self.verify:
+            try:
+                fresh: Workload | WorkloadError | None = adapter.workload(wpcs, pcs)
+            except WorkloadError as e:
+                fresh = e
+            same = (
+                str(fresh) == str(hit[2])
+                if isinstance(fresh, WorkloadError) or isinstance(hit[2], WorkloadError)
+                else fresh == hit[2]
+            )
+            if not same:
+                raise VerifyError(f"the Workload built before for {obj.key}", hit[2], fresh)
+        if isinstance(hit[2], WorkloadError):
+            raise hit[2]
+        return hit[2]
 
     async def _group_gated_pods(self) -> None:
         """The gated pods of the pod-gated kinds (StatefulSet, Deployment, LeaderWorkerSet) join their

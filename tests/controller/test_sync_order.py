@@ -121,3 +121,39 @@ async def test_the_rest_of_a_run_keeps_its_message_when_only_the_numbers_move(
     done = c.stats.synced
     await eventually(lambda: c.wake() or c.stats.synced >= done + 2, "the sync that wrote it is over")
     assert _pending_message(emu, "h2") == more.format(8)
+
+
+async def test_a_high_priority_job_gets_its_workload_before_a_backlog_of_lower_ones(
+    emu: Emulator, admin: KubeClient, harness: Harness, cluster: StandIns
+) -> None:
+    """More new Jobs than one sync creates Workloads for: the batches go by priority (arrival order
+    among equals), so a high-priority Job that came last is in the first batch, and every Job still
+    gets its Workload, built once and as it would be built at its creation (verify mode)."""
+    emu.load_objects(
+        [
+            {"apiVersion": "queueing.dra.io/v1beta1", "kind": "WorkloadPriorityClass",
+             "metadata": {"name": name}, "value": value}
+            for name, value in (("low", 10), ("high", 100))
+        ]
+    )  # fmt: skip
+    c = await harness.start()
+    c.verify = True
+    c.jobs_per_sync = 2
+    lows = [f"low{i}" for i in range(5)]
+    async with c._step:  # they all arrive for one sync
+        for n in [*lows, "top"]:
+            body = job(n)
+            body["metadata"]["labels"]["queueing.dra.io/priority-class"] = "high" if n == "top" else "low"
+            await admin.create(JOBS, body)
+        await eventually(lambda: all(c.jobs.get(n, "default") for n in [*lows, "top"]), "the Jobs seen")
+    await eventually(lambda: all(workload(emu, f"job-{n}") for n in [*lows, "top"]), "every Workload")
+    created = {
+        n: _first_rv(emu, "workloads", f"job-{n}", lambda old, new: old is None) for n in [*lows, "top"]
+    }
+    # the first batch: the high-priority Job and the first low one; the rest in arrival order
+    order = sorted(created, key=created.__getitem__)
+    assert set(order[:2]) == {"top", "low0"}, order
+    assert order[2:] == lows[1:], order
+    top = workload(emu, "job-top")
+    assert top is not None and top["spec"]["priority"] == 100
+    assert not c._wanted  # nothing kept once every Workload is created
