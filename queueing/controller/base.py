@@ -125,6 +125,33 @@ def _epoch(ts: str | None) -> float:
         return 0.0
 
 
+PriorityClasses = tuple[dict[str, int], dict[str, int]]  # WorkloadPriorityClasses, PriorityClasses
+
+
+@dataclass(frozen=True)
+class WantedWorkload:
+    """The Workload an object waiting for one would get (or why it cannot have one), built for one
+    version of it with the priority classes of then (controller/source.py)."""
+
+    resource_version: str
+    classes: PriorityClasses
+    workload: Workload | WorkloadError | None
+
+    @staticmethod
+    def build(adapter: SuspendableJob, obj: KubeObject, classes: PriorityClasses) -> WantedWorkload:
+        try:
+            wl: Workload | WorkloadError | None = adapter.workload(*classes)
+        except WorkloadError as e:
+            wl = e
+        return WantedWorkload(obj.metadata.resource_version or "", classes, wl)
+
+    def holds_for(self, obj: KubeObject, classes: PriorityClasses) -> bool:
+        return self.resource_version == (obj.metadata.resource_version or "") and self.classes == classes
+
+    def priority(self) -> int:
+        return (self.workload.spec.priority or 0) if isinstance(self.workload, Workload) else 0
+
+
 @dataclass
 class KindSource:
     """One integrated kind held by suspend: its informer (None while its CRD is not served), the keys
@@ -321,9 +348,7 @@ class ControllerBase:
         # objects waiting for their Workload beyond one sync's batch, by UID: (resourceVersion, the
         # priority classes, the Workload built for it or why it cannot have one), built once per
         # version to order the batches by priority and used at the creation (controller/source.py)
-        self._wanted: dict[
-            str, tuple[str, tuple[dict[str, int], dict[str, int]], Workload | WorkloadError | None]
-        ] = {}
+        self._wanted: dict[str, WantedWorkload] = {}
         # pending reasons to write (key -> reason as written to it, oldest first), after the cycle's
         # admissions and starts; at most this many per sync (controller/admission.py _write_reasons)
         self._reasons_todo: dict[str, PendingReason] = {}

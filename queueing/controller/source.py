@@ -20,6 +20,7 @@ from queueing.api.v1beta1 import (
 )
 from queueing.controller.base import (
     KindSource,
+    WantedWorkload,
     _dump,
     log,
 )
@@ -181,9 +182,7 @@ class WorkloadSource(PlanBinding):
         invalid): the one it has, else the one it would get, built once per object version (kept in
         ``_wanted`` for its creation, see :meth:`_wanted_workload`)."""
         accept = self.config.accept_kueue_labels
-        kept: dict[
-            str, tuple[str, tuple[dict[str, int], dict[str, int]], Workload | WorkloadError | None]
-        ] = {}
+        kept: dict[str, WantedWorkload] = {}
         out: dict[str, int] = {}
         for obj in objs:
             uid = obj.metadata.uid or ""
@@ -191,17 +190,11 @@ class WorkloadSource(PlanBinding):
             if have is not None:
                 out[uid] = have.spec.priority or 0
                 continue
-            rv = obj.metadata.resource_version or ""
             hit = self._wanted.get(uid)
-            if hit is not None and hit[0] == rv and hit[1] == (wpcs, pcs):
-                want = hit[2]
-            else:
-                try:
-                    want = src.integration.adapt(obj, accept).workload(wpcs, pcs)
-                except WorkloadError as e:
-                    want = e
-            kept[uid] = (rv, (wpcs, pcs), want)
-            out[uid] = (want.spec.priority or 0) if isinstance(want, Workload) else 0
+            if hit is None or not hit.holds_for(obj, (wpcs, pcs)):
+                hit = WantedWorkload.build(src.integration.adapt(obj, accept), obj, (wpcs, pcs))
+            kept[uid] = hit
+            out[uid] = hit.priority()
         self._wanted = kept  # only the objects still waiting for their Workload
         return out
 
@@ -211,25 +204,18 @@ class WorkloadSource(PlanBinding):
         """The Workload to create for ``obj``: the one :meth:`_wanted_workloads` built for this version
         of it with these priority classes, else built now (verify mode builds it again and compares);
         raises ``WorkloadError`` for an invalid object."""
-        uid = obj.metadata.uid or ""
-        hit = self._wanted.pop(uid, None)
-        if hit is None or hit[0] != (obj.metadata.resource_version or "") or hit[1] != (wpcs, pcs):
+        hit = self._wanted.pop(obj.metadata.uid or "", None)
+        if hit is None or not hit.holds_for(obj, (wpcs, pcs)):
             return adapter.workload(wpcs, pcs)
         if self.verify:
-            try:
-                fresh: Workload | WorkloadError | None = adapter.workload(wpcs, pcs)
-            except WorkloadError as e:
-                fresh = e
-            same = (
-                str(fresh) == str(hit[2])
-                if isinstance(fresh, WorkloadError) or isinstance(hit[2], WorkloadError)
-                else fresh == hit[2]
-            )
-            if not same:
-                raise VerifyError(f"the Workload built before for {obj.key}", hit[2], fresh)
-        if isinstance(hit[2], WorkloadError):
-            raise hit[2]
-        return hit[2]
+            fresh = WantedWorkload.build(adapter, obj, (wpcs, pcs)).workload
+            kept = hit.workload
+            errors = isinstance(fresh, WorkloadError) or isinstance(kept, WorkloadError)
+            if (str(fresh) != str(kept)) if errors else fresh != kept:
+                raise VerifyError(f"the Workload built before for {obj.key}", kept, fresh)
+        if isinstance(hit.workload, WorkloadError):
+            raise hit.workload
+        return hit.workload
 
     async def _group_gated_pods(self) -> None:
         """The gated pods of the pod-gated kinds (StatefulSet, Deployment, LeaderWorkerSet) join their
