@@ -35,7 +35,7 @@ from queueing.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from queueing.dra.gang import ClusterState
 from queueing.scheduling.config import parse_duration
 from queueing.testing.emulator import Emulator
-from queueing.testing.operator import next_events
+from queueing.testing.operator import next_events, pod_done
 from queueing.testing.store import AdmissionRequest, ApiError, Store
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -53,10 +53,6 @@ def suspend_queued_jobs(req: AdmissionRequest) -> dict[str, Any]:
         if "queueing.dra.io/queue-name" in labels:
             obj.setdefault("spec", {})["suspend"] = True
     return obj
-
-
-def _done(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def condition_true(obj: dict[str, Any], type_: str) -> bool:
@@ -223,7 +219,7 @@ class StandIns:
 
     def _index_pod(self, k: Key, pod: dict[str, Any]) -> None:
         uid = pod["metadata"].get("uid", "")
-        if _done(pod):
+        if pod_done(pod):
             self._running.discard(uid)
         else:
             self._running.add(uid)
@@ -231,7 +227,7 @@ class StandIns:
         if job:
             self._pods_of_job.setdefault((k[0], job), set()).add(k[1])
         spec = pod.get("spec") or {}
-        if not spec.get("nodeName") and not _done(pod):
+        if not spec.get("nodeName") and not pod_done(pod):
             self._unbound.add(k)
         else:
             self._unbound.discard(k)
@@ -261,7 +257,7 @@ class StandIns:
                     self._pods[k] = obj
                     self._index_pod(k, obj)
                     pods[k] = None
-                    if _done(obj):
+                    if pod_done(obj):
                         gone_pods.append(obj)
                 if job:
                     jobs[(k[0], job)] = None
@@ -296,7 +292,7 @@ class StandIns:
             self._job_without_pods(job)
             return
         pods = [p for n in self._pods_of_job.get(key, ()) if (p := self._pods.get((ns, n))) is not None]
-        active = [p for p in pods if not _done(p)]
+        active = [p for p in pods if not pod_done(p)]
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         status = dict(job.get("status") or {})
         if spec.get("suspend"):
@@ -390,7 +386,7 @@ class StandIns:
     # ------------------------------------------------------------------ one pod
     def _pod(self, key: Key) -> None:
         pod = self._pods.get(key)
-        if pod is None or _done(pod):
+        if pod is None or pod_done(pod):
             return
         self._claims_for_pod(pod)
         self._schedule_pod(key)
@@ -462,7 +458,7 @@ class StandIns:
         if pod is None:
             return
         meta, spec = pod["metadata"], pod.get("spec") or {}
-        if spec.get("nodeName") or spec.get("schedulingGates") or _done(pod):
+        if spec.get("nodeName") or spec.get("schedulingGates") or pod_done(pod):
             return
         if meta.get("labels", {}).get(JOB_NAME_LABEL) in self.unscheduled_jobs:
             return

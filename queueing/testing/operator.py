@@ -16,18 +16,24 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from queueing.api.core import FINISHED_POD_PHASES
 from queueing.testing.resources import ResourceType
 from queueing.testing.store import CRD_KEY, ApiError, Store, Watcher
 
 if TYPE_CHECKING:
     from queueing.testing.cluster import StandIns
 
-__all__ = ["TEST_CRDS", "Key", "Operator", "next_events", "owner_ref"]
+__all__ = ["TEST_CRDS", "Key", "Operator", "next_events", "owner_ref", "pod_done"]
 
 #: the test CRDs of the integrated kinds (only the fields queueing and the stand-ins read and write)
 TEST_CRDS = Path(__file__).resolve().parent / "crds"
 
 Key = tuple[str, str]  # (namespace, name)
+
+
+def pod_done(pod: dict[str, Any]) -> bool:
+    """The pod (as stored) has ended: it takes no node resources any more."""
+    return (pod.get("status") or {}).get("phase") in FINISHED_POD_PHASES
 
 
 def owner_ref(obj: dict[str, Any]) -> dict[str, Any]:

@@ -14,17 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from queueing.integrations.ray import RAY_CLUSTER_LABEL
-from queueing.testing.operator import Key, Operator
+from queueing.testing.operator import Key, Operator, pod_done
 
 __all__ = ["RayClusterOperator", "RayJobOperator"]
 
 NODE_TYPE_LABEL = "ray.io/node-type"
 GROUP_LABEL = "ray.io/group"
 HEAD_GROUP = "headgroup"
-
-
-def _done(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 class RayClusterOperator(Operator):
@@ -57,7 +53,7 @@ class RayClusterOperator(Operator):
         for g in cluster.get("workerGroupSpecs") or []:
             count = (g.get("replicas", 1) or 0) * (g.get("numOfHosts") or 1)
             want[g["groupName"]] = (count, g.get("template") or {}, "worker")
-        live = [p for p in self.pods_of(obj, key) if not _done(p)]
+        live = [p for p in self.pods_of(obj, key) if not pod_done(p)]
         by_group: dict[str, list[dict[str, Any]]] = {}
         for p in live:
             by_group.setdefault((p["metadata"].get("labels") or {}).get(GROUP_LABEL, ""), []).append(p)
@@ -70,7 +66,7 @@ class RayClusterOperator(Operator):
             labels = {RAY_CLUSTER_LABEL: key[1], NODE_TYPE_LABEL: node_type, GROUP_LABEL: group}
             for _ in range(count - len(by_group.get(group, []))):
                 self.make_pod(obj, template, name, labels)
-        return [p for p in self.pods_of(obj, key) if not _done(p)]
+        return [p for p in self.pods_of(obj, key) if not pod_done(p)]
 
     def stop_pods(self, obj: dict[str, Any], key: Key) -> None:
         for p in self.pods_of(obj, key):
